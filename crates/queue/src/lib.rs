@@ -1,0 +1,1 @@
+//! The durable, fenced job queue.
