@@ -1,1 +1,78 @@
-//! Shared helpers for end-to-end tests.
+//! Shared helpers for end-to-end tests: the racklift binary as a child process, and condition waits.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// The `racklift` binary of this build (`ops/test` builds it before the tests run). `RACKLIFT_BIN` overrides.
+pub fn racklift_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("RACKLIFT_BIN") {
+        return bin.into();
+    }
+    // Test binaries live in target/<profile>/deps; the racklift binary one level up.
+    let exe = std::env::current_exe().expect("test executable path");
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>")
+        .join("racklift");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (cargo build -p racklift), as ops/test does",
+        bin.display()
+    );
+    bin
+}
+
+/// A `racklift` child process that is killed when dropped.
+pub struct Racklift {
+    pub child: tokio::process::Child,
+}
+
+impl Racklift {
+    pub fn spawn(args: &[&str], database_url: &str) -> Racklift {
+        let child = tokio::process::Command::new(racklift_bin())
+            .args(args)
+            .env("DATABASE_URL", database_url)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn racklift");
+        Racklift { child }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id().expect("child is running") as i32
+    }
+
+    /// Sends a signal by name (`KILL`, `STOP`, `CONT`, `TERM`).
+    pub fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{name}"), self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} failed");
+    }
+}
+
+/// Polls `check` until it holds, failing the test after `limit`.
+pub async fn wait_for<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,23 +1,55 @@
-//! `racklift`: one binary for every role.
+//! `racklift`: one binary for every role. Each subcommand's logic lives in a library crate; this crate parses
+//! arguments, wires configuration and runs.
+
+mod bench_cmd;
+mod db;
+mod logging;
+mod up_cmd;
+mod worker_cmd;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "racklift", version, about = "Deploy IncusOS through BMCs and roll clusters, durably.")]
+#[command(
+    name = "racklift",
+    version,
+    about = "Deploy IncusOS through BMCs and roll clusters, durably."
+)]
 struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = logging::Format::Text)]
+    log_format: logging::Format,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Apply the database migrations.
+    /// Start everything on this machine: the database (embedded unless DATABASE_URL is set), migrations and a
+    /// worker pool, until Ctrl-C.
+    Up(up_cmd::Args),
+    /// Apply the database migrations to DATABASE_URL.
     Migrate,
+    /// Run a worker pool against DATABASE_URL until Ctrl-C (or SIGTERM), then drain.
+    Worker(worker_cmd::Args),
+    /// Start or stop an embedded PostgreSQL in a directory (used by ops/test).
+    Db(db::DbArgs),
+    /// Benchmarks.
+    Bench(bench_cmd::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    logging::init(cli.log_format);
     match cli.command {
-        Command::Migrate => Ok(()),
+        Command::Up(args) => runtime()?.block_on(up_cmd::run(args)),
+        Command::Migrate => runtime()?.block_on(db::migrate_command()),
+        Command::Worker(args) => runtime()?.block_on(worker_cmd::run(args)),
+        Command::Db(args) => db::db_command(args),
+        Command::Bench(args) => runtime()?.block_on(bench_cmd::run(args)),
     }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()
 }

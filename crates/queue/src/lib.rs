@@ -1,1 +1,30 @@
-//! The durable, fenced job queue.
+//! racklift's durable job queue on PostgreSQL.
+//!
+//! Every lease carries a fencing token from one database sequence; every write a lease holder makes (complete,
+//! retry, snooze, dead-letter) is conditional on that token and on the job still running, and is checked by
+//! `rows_affected`, so a worker that lost its lease is refused and told. Retries are durable (`run_at` in the
+//! future, with full jitter); exhausted or fatal jobs move to `dead_letters` in the same statement. The queue
+//! knows nothing about servers or BMCs.
+
+mod backoff;
+mod error;
+mod job;
+mod queue;
+mod sql;
+pub mod worker;
+
+pub use backoff::Backoff;
+pub use error::QueueError;
+pub use job::{
+    BatchEnqueued, Enqueued, ErrorClass, FailOutcome, Failure, Fence, JobId, LeasedJob, NewJob, RunAt,
+};
+pub use queue::{JobRef, Queue, QueueConfig, RescueReport};
+pub use sql::{CHANNEL, LEASE_SQL};
+pub use worker::{
+    Handler, HandlerResult, JobContext, LeaseClock, Outcome, Registry, WorkerConfig, WorkerPool,
+};
+
+/// The statement that completes a batch of jobs, exported so the benchmark's raw-SQL bound runs exactly it.
+pub fn complete_sql(keep_completed: bool) -> &'static str {
+    sql::complete_sql(keep_completed)
+}

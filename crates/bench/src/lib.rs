@@ -1,0 +1,157 @@
+//! The queue benchmark. Every figure comes from one run on one PostgreSQL, so they can be compared side by side
+//! on a noisy machine: the raw-SQL bound (racklift's own claim and complete statements and nothing else),
+//! racklift end to end with no-op handlers, apalis-postgres as a peer, idle pickup latency and worker RSS.
+
+pub mod e2e;
+mod latency;
+mod raw;
+mod rss;
+
+use std::time::Duration;
+
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
+
+pub use e2e::E2eRun;
+pub use latency::Latency;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    #[error("benchmark database")]
+    Database(#[from] sqlx::Error),
+    #[error("migrating the benchmark database")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("queue")]
+    Queue(#[from] racklift_queue::QueueError),
+    #[error("worker process for the RSS probe")]
+    Process(#[source] std::io::Error),
+    #[error("{0}")]
+    Stalled(String),
+}
+
+/// One database per phase, created fresh on the admin server so phases cannot disturb each other.
+pub struct BenchDb {
+    admin_url: String,
+}
+
+impl BenchDb {
+    pub fn new(admin_url: impl Into<String>) -> BenchDb {
+        BenchDb {
+            admin_url: admin_url.into(),
+        }
+    }
+
+    /// Drops and recreates database `name`, migrates it, and returns (url, pool).
+    pub async fn fresh(&self, name: &str, connections: u32) -> Result<(String, PgPool), BenchError> {
+        let mut admin = PgConnection::connect(&self.admin_url).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut admin)
+        .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await?;
+        admin.close().await?;
+        let url = replace_database(&self.admin_url, name);
+        let pool = PgPoolOptions::new()
+            .max_connections(connections)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect(&url)
+            .await?;
+        racklift_schema::migrate(&pool).await?;
+        Ok((url, pool))
+    }
+
+    pub async fn drop_db(&self, name: &str) -> Result<(), BenchError> {
+        let mut admin = PgConnection::connect(&self.admin_url).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut admin)
+        .await?;
+        Ok(())
+    }
+}
+
+/// The same URL with another database name (the path's last segment), keeping the query string.
+pub fn replace_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let authority_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let prefix = match base[authority_end..].find('/') {
+        Some(slash) => &base[..authority_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{prefix}/{name}?{q}"),
+        None => format!("{prefix}/{name}"),
+    }
+}
+
+/// Bulk-inserts `n` no-op jobs of `kind` straight through SQL (setup, not measured).
+pub async fn seed_jobs(
+    pool: &PgPool,
+    kind: &str,
+    n: u64,
+    payload: &serde_json::Value,
+) -> Result<(), BenchError> {
+    let mut left = n as i64;
+    while left > 0 {
+        let chunk = left.min(50_000);
+        sqlx::query("INSERT INTO jobs (kind, payload) SELECT $1, $2 FROM generate_series(1, $3)")
+            .bind(kind)
+            .bind(payload)
+            .bind(chunk)
+            .execute(pool)
+            .await?;
+        left -= chunk;
+    }
+    sqlx::query("VACUUM ANALYZE jobs").execute(pool).await?;
+    Ok(())
+}
+
+pub use latency::measure as measure_latency;
+pub use raw::run as raw_bound;
+pub use rss::measure as measure_worker_rss;
+
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_only_the_database_name() {
+        let cases = [
+            (
+                "postgres://u:p@127.0.0.1:5432/postgres",
+                "postgres://u:p@127.0.0.1:5432/x",
+            ),
+            (
+                "postgres://u@h/db?sslmode=disable",
+                "postgres://u@h/x?sslmode=disable",
+            ),
+            ("postgres://h:1", "postgres://h:1/x"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(replace_database(input, "x"), want);
+        }
+    }
+
+    #[test]
+    fn median_of_even_and_odd() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}

@@ -1,0 +1,173 @@
+//! `racklift bench queue`: every figure from one run on one PostgreSQL, printed side by side.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use racklift_bench::{BenchDb, E2eRun, median};
+use racklift_pgembed::EmbeddedPostgres;
+
+use crate::db;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum BenchCommand {
+    /// Queue throughput (raw-SQL bound, racklift, apalis-postgres), idle pickup latency and worker RSS.
+    Queue(QueueArgs),
+}
+
+#[derive(clap::Args)]
+struct QueueArgs {
+    /// Jobs per throughput run.
+    #[arg(long, default_value_t = 50_000)]
+    jobs: u64,
+    /// Repetitions of each throughput run; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Claim batch size, for the raw bound and racklift alike.
+    #[arg(long, default_value_t = 500)]
+    batch: usize,
+    /// Connections issuing raw statements.
+    #[arg(long, default_value_t = 4)]
+    raw_clients: usize,
+    /// racklift worker pools.
+    #[arg(long, default_value_t = 2)]
+    pools: usize,
+    /// Jobs in flight per pool.
+    #[arg(long, default_value_t = 1000)]
+    concurrency: usize,
+    /// Idle pickup latency samples.
+    #[arg(long, default_value_t = 200)]
+    latency_samples: usize,
+    /// Jobs held in flight by one worker process while its RSS is read.
+    #[arg(long, default_value_t = 1000)]
+    rss_in_flight: usize,
+    /// Where the embedded benchmark database lives when DATABASE_URL is not set.
+    #[arg(long, default_value = ".racklift/bench-postgres")]
+    data_dir: PathBuf,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Queue(args) => queue(args).await,
+    }
+}
+
+async fn queue(args: QueueArgs) -> anyhow::Result<()> {
+    let (admin_url, embedded) = match db::database_url_from_env() {
+        Some(url) => (url, None),
+        None => {
+            let pg = EmbeddedPostgres::start(&args.data_dir)?;
+            (pg.admin_url(), Some(pg))
+        }
+    };
+    let result = queue_on(&admin_url, &args).await;
+    if let Some(pg) = embedded {
+        pg.stop()?;
+    }
+    result
+}
+
+async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
+    let dbs = BenchDb::new(admin_url);
+    let (_, probe) = dbs.fresh("racklift_bench_probe", 2).await?;
+    let version: String = sqlx::query_scalar("SHOW server_version")
+        .fetch_one(&probe)
+        .await?;
+    let fsync: String = sqlx::query_scalar("SHOW fsync").fetch_one(&probe).await?;
+    let sync_commit: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&probe)
+        .await?;
+    probe.close().await;
+    dbs.drop_db("racklift_bench_probe").await?;
+    println!(
+        "racklift bench queue: PostgreSQL {version} (fsync={fsync}, synchronous_commit={sync_commit}), {} jobs per run, \
+         median of {} runs, batch {}",
+        args.jobs, args.reps, args.batch
+    );
+
+    let mut rows: Vec<(String, f64)> = Vec::new();
+    for keep_completed in [false, true] {
+        let style = if keep_completed {
+            "complete=UPDATE (rows kept for retention)"
+        } else {
+            "complete=DELETE (retention 0)"
+        };
+        let (mut raw, mut e2e) = (Vec::new(), Vec::new());
+        for rep in 0..args.reps {
+            let (_, pool) = dbs
+                .fresh("racklift_bench_raw", (args.raw_clients + 2) as u32)
+                .await?;
+            raw.push(
+                racklift_bench::raw_bound(&pool, args.jobs, args.raw_clients, args.batch, keep_completed)
+                    .await?,
+            );
+            pool.close().await;
+            let (_, pool) = dbs.fresh("racklift_bench_e2e", 16 * args.pools as u32).await?;
+            let run = E2eRun {
+                jobs: args.jobs,
+                pools: args.pools,
+                concurrency: args.concurrency,
+                batch: args.batch,
+                keep_completed,
+            };
+            e2e.push(racklift_bench::e2e::run(&pool, run).await?);
+            pool.close().await;
+            eprintln!(
+                "  rep {}/{} ({style}): raw {:.0}/s, racklift {:.0}/s",
+                rep + 1,
+                args.reps,
+                raw[rep],
+                e2e[rep]
+            );
+        }
+        let (raw, e2e) = (median(&mut raw), median(&mut e2e));
+        rows.push((
+            format!("raw-SQL bound, {} clients, {style}", args.raw_clients),
+            raw,
+        ));
+        rows.push((
+            format!(
+                "racklift end to end, {} pools x {} in flight, {style}  ({:.0}% of raw)",
+                args.pools,
+                args.concurrency,
+                100.0 * e2e / raw
+            ),
+            e2e,
+        ));
+    }
+    dbs.drop_db("racklift_bench_raw").await?;
+    dbs.drop_db("racklift_bench_e2e").await?;
+
+    println!();
+    println!("{:>12}  {}", "jobs/s", "what");
+    for (label, rate) in &rows {
+        println!("{rate:>12.0}  {label}");
+    }
+
+    let (_, pool) = dbs.fresh("racklift_bench_latency", 8).await?;
+    let latency = racklift_bench::measure_latency(&pool, args.latency_samples).await?;
+    pool.close().await;
+    dbs.drop_db("racklift_bench_latency").await?;
+    println!();
+    println!(
+        "idle pickup latency (enqueue commit -> handler start, {} samples): p50 {:.2} ms, p99 {:.2} ms",
+        latency.samples, latency.p50_ms, latency.p99_ms
+    );
+
+    let exe = std::env::current_exe().context("locating the racklift binary")?;
+    let (url, pool) = dbs.fresh("racklift_bench_rss", 4).await?;
+    let kib = racklift_bench::measure_worker_rss(&exe, &url, &pool, args.rss_in_flight).await?;
+    pool.close().await;
+    dbs.drop_db("racklift_bench_rss").await?;
+    println!(
+        "worker peak RSS with {} jobs in flight: {:.1} MiB",
+        args.rss_in_flight,
+        kib as f64 / 1024.0
+    );
+    Ok(())
+}

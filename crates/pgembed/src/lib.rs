@@ -1,0 +1,378 @@
+//! The embedded default database.
+//!
+//! Without `DATABASE_URL`, `racklift up` runs its own PostgreSQL from the machine's binaries (`initdb`, `pg_ctl`,
+//! `postgres` on PATH) in a data directory it keeps across restarts, listening on loopback only, on a free port,
+//! with a generated password (never `trust`). PostgreSQL refuses to run as root, so when racklift runs as root
+//! the server runs as the unprivileged `postgres` user and the directories it writes are handed to that user.
+
+use std::fs;
+use std::io;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The database racklift creates inside the embedded server.
+pub const DATABASE: &str = "racklift";
+const SUPERUSER: &str = "racklift";
+const BINARIES: [&str; 3] = ["initdb", "pg_ctl", "postgres"];
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgEmbedError {
+    #[error(
+        "PostgreSQL's server programs ({missing}) are not on PATH: install PostgreSQL 15 or newer \
+         (on Debian: apt-get install postgresql) or set DATABASE_URL to an existing server"
+    )]
+    MissingBinaries { missing: String },
+    #[error("running as root, and there is no unprivileged `postgres` user to run the server as")]
+    NoUnprivilegedUser,
+    #[error(
+        "the `postgres` user cannot write to {path} (a parent directory is closed to it): choose a data \
+         directory it can reach, e.g. --data-dir /var/tmp/racklift"
+    )]
+    Unreachable { path: PathBuf },
+    #[error("{what} at {path}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("`{command}` failed: {stderr}")]
+    Command { command: String, stderr: String },
+}
+
+/// A running embedded server. Dropping it does not stop the server; call [`EmbeddedPostgres::stop`].
+#[derive(Debug)]
+pub struct EmbeddedPostgres {
+    root: PathBuf,
+    port: u16,
+    password: String,
+    run_as: Option<(u32, u32)>,
+    bin_dir: PathBuf,
+}
+
+impl EmbeddedPostgres {
+    /// Starts (initialising on first use) the server whose files live under `root`.
+    pub fn start(root: &Path) -> Result<EmbeddedPostgres, PgEmbedError> {
+        let bin_dir = find_binaries()?;
+        let run_as = unprivileged_user()?;
+        let root = absolute(root)?;
+        mkdir(&root, 0o755)?;
+        let data = root.join("pgdata");
+        let run = root.join("run");
+        mkdir(&run, 0o700)?;
+        let password = read_or_create_password(&root.join("password"))?;
+        let mut pg = EmbeddedPostgres {
+            root,
+            port: 0,
+            password,
+            run_as,
+            bin_dir,
+        };
+        pg.hand_over(&run)?;
+        pg.check_reachable(&run)?;
+        if !data.join("PG_VERSION").exists() {
+            pg.initdb(&data)?;
+        }
+        // A server left running by a process that died is stopped first, so it restarts on a port we know.
+        if pg
+            .pg_ctl(&["status", "-D"], &data)
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+        {
+            tracing::info!("stopping an embedded PostgreSQL left running by an earlier process");
+            pg.pg_ctl(&["stop", "-m", "fast", "-w", "-D"], &data)?;
+        }
+        pg.port = free_port(&pg.root)?;
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c max_connections=200",
+            pg.port,
+            run.display()
+        );
+        let log = run.join("postgres.log");
+        let out = pg.pg_ctl_args(&[
+            "start".as_ref(),
+            "-w".as_ref(),
+            "-t".as_ref(),
+            "60".as_ref(),
+            "-D".as_ref(),
+            data.as_os_str(),
+            "-l".as_ref(),
+            log.as_os_str(),
+            "-o".as_ref(),
+            options.as_ref(),
+        ])?;
+        if !out.status.success() {
+            let tail = fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+            return Err(PgEmbedError::Command {
+                command: "pg_ctl start".into(),
+                stderr: format!("{}{}", String::from_utf8_lossy(&out.stderr), tail.join(" | ")),
+            });
+        }
+        tracing::info!(port = pg.port, dir = %pg.root.display(), "embedded PostgreSQL started");
+        Ok(pg)
+    }
+
+    /// The connection URL of the `racklift` database (created by the caller on the admin URL if missing).
+    pub fn url(&self) -> String {
+        self.url_for(DATABASE)
+    }
+
+    /// The connection URL of the maintenance database, for creating others.
+    pub fn admin_url(&self) -> String {
+        self.url_for("postgres")
+    }
+
+    fn url_for(&self, db: &str) -> String {
+        format!(
+            "postgres://{SUPERUSER}:{}@127.0.0.1:{}/{db}",
+            self.password, self.port
+        )
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server (fast shutdown: open sessions are ended, committed data is kept).
+    pub fn stop(&self) -> Result<(), PgEmbedError> {
+        let data = self.root.join("pgdata");
+        let out = self.pg_ctl(&["stop", "-m", "fast", "-w", "-D"], &data)?;
+        if !out.status.success() {
+            return Err(PgEmbedError::Command {
+                command: "pg_ctl stop".into(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        tracing::info!(dir = %self.root.display(), "embedded PostgreSQL stopped");
+        Ok(())
+    }
+
+    /// Stops a server started earlier under `root` by another process, if one is running.
+    pub fn stop_dir(root: &Path) -> Result<bool, PgEmbedError> {
+        let bin_dir = find_binaries()?;
+        let run_as = unprivileged_user()?;
+        let pg = EmbeddedPostgres {
+            root: absolute(root)?,
+            port: 0,
+            password: String::new(),
+            run_as,
+            bin_dir,
+        };
+        let data = pg.root.join("pgdata");
+        if !data.join("postmaster.pid").exists() {
+            return Ok(false);
+        }
+        pg.pg_ctl(&["stop", "-m", "fast", "-w", "-D"], &data)?;
+        Ok(true)
+    }
+
+    fn initdb(&self, data: &Path) -> Result<(), PgEmbedError> {
+        self.hand_over(&self.root)?;
+        let pwfile = self.root.join("run").join("initdb-password");
+        write_private(&pwfile, &self.password)?;
+        self.hand_over(&pwfile)?;
+        let mut cmd = self.command("initdb");
+        cmd.arg("-D")
+            .arg(data)
+            .args([
+                "-U",
+                SUPERUSER,
+                "--auth=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ])
+            .arg(format!("--pwfile={}", pwfile.display()));
+        let out = run(&mut cmd, "initdb");
+        let _ = fs::remove_file(&pwfile);
+        let out = out?;
+        if !out.status.success() {
+            return Err(PgEmbedError::Command {
+                command: "initdb".into(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn pg_ctl(&self, args: &[&str], data: &Path) -> Result<Output, PgEmbedError> {
+        let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        all.push(data.as_os_str());
+        self.pg_ctl_args(&all)
+    }
+
+    fn pg_ctl_args(&self, args: &[&std::ffi::OsStr]) -> Result<Output, PgEmbedError> {
+        run(self.command("pg_ctl").args(args), "pg_ctl")
+    }
+
+    fn command(&self, program: &str) -> Command {
+        self.as_server_user(self.bin_dir.join(program))
+    }
+
+    fn as_server_user(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.current_dir(&self.root);
+        if let Some((uid, gid)) = self.run_as {
+            cmd.uid(uid).gid(gid);
+        }
+        cmd
+    }
+
+    /// Fails with a clear sentence when the server's user cannot reach its own directory (a checkout under a
+    /// home directory that is closed to other users), instead of letting initdb fail obscurely.
+    fn check_reachable(&self, dir: &Path) -> Result<(), PgEmbedError> {
+        if self.run_as.is_none() {
+            return Ok(());
+        }
+        let ok = self
+            .as_server_user("test")
+            .args(["-w".as_ref(), dir.as_os_str()])
+            .status()
+            .map(|s| s.success());
+        match ok {
+            Ok(true) => Ok(()),
+            _ => Err(PgEmbedError::Unreachable { path: dir.into() }),
+        }
+    }
+
+    /// Gives a path to the user the server runs as (only when running as root).
+    fn hand_over(&self, path: &Path) -> Result<(), PgEmbedError> {
+        if let Some((uid, gid)) = self.run_as {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|source| PgEmbedError::Io {
+                what: "chown",
+                path: path.into(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn run(cmd: &mut Command, name: &str) -> Result<Output, PgEmbedError> {
+    cmd.output().map_err(|source| PgEmbedError::Io {
+        what: "cannot run",
+        path: name.into(),
+        source,
+    })
+}
+
+/// The directory holding all three server programs: PATH first, then Debian's versioned directories.
+fn find_binaries() -> Result<PathBuf, PgEmbedError> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Ok(entries) = fs::read_dir("/usr/lib/postgresql") {
+        let mut versions: Vec<PathBuf> = entries.flatten().map(|e| e.path().join("bin")).collect();
+        versions.sort();
+        dirs.extend(versions.into_iter().rev());
+    }
+    if let Some(dir) = dirs.iter().find(|d| BINARIES.iter().all(|b| d.join(b).is_file())) {
+        return Ok(dir.clone());
+    }
+    let missing: Vec<&str> = BINARIES
+        .iter()
+        .copied()
+        .filter(|b| !dirs.iter().any(|d| d.join(b).is_file()))
+        .collect();
+    let missing = if missing.is_empty() {
+        BINARIES.to_vec()
+    } else {
+        missing
+    };
+    Err(PgEmbedError::MissingBinaries {
+        missing: missing.join(", "),
+    })
+}
+
+/// `Some((uid, gid))` of the `postgres` user when running as root; `None` when already unprivileged.
+fn unprivileged_user() -> Result<Option<(u32, u32)>, PgEmbedError> {
+    let me = fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap_or(1);
+    if me != 0 {
+        return Ok(None);
+    }
+    let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() > 3 && f[0] == "postgres")
+        .and_then(|f| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
+        .map(Some)
+        .ok_or(PgEmbedError::NoUnprivilegedUser)
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, PgEmbedError> {
+    std::path::absolute(path).map_err(|source| PgEmbedError::Io {
+        what: "resolve",
+        path: path.into(),
+        source,
+    })
+}
+
+fn mkdir(path: &Path, mode: u32) -> Result<(), PgEmbedError> {
+    fs::create_dir_all(path).map_err(|source| PgEmbedError::Io {
+        what: "create directory",
+        path: path.into(),
+        source,
+    })?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|source| PgEmbedError::Io {
+        what: "chmod",
+        path: path.into(),
+        source,
+    })
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<(), PgEmbedError> {
+    fs::write(path, contents).map_err(|source| PgEmbedError::Io {
+        what: "write",
+        path: path.into(),
+        source,
+    })?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(|source| PgEmbedError::Io {
+        what: "chmod",
+        path: path.into(),
+        source,
+    })
+}
+
+fn read_or_create_password(path: &Path) -> Result<String, PgEmbedError> {
+    if let Ok(existing) = fs::read_to_string(path) {
+        return Ok(existing.trim().to_string());
+    }
+    let password: String = (0..32)
+        .map(|_| char::from(b"abcdefghijkmnpqrstuvwxyz23456789"[rand::random_range(0..32)]))
+        .collect();
+    write_private(path, &password)?;
+    Ok(password)
+}
+
+/// A free loopback port. The port is remembered so a restarted server keeps its URL when it can.
+fn free_port(root: &Path) -> Result<u16, PgEmbedError> {
+    let remembered = root.join("port");
+    if let Some(port) = fs::read_to_string(&remembered)
+        .ok()
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        && TcpListener::bind(("127.0.0.1", port)).is_ok()
+    {
+        return Ok(port);
+    }
+    let port = TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|source| PgEmbedError::Io {
+            what: "find a free port",
+            path: root.into(),
+            source,
+        })?;
+    fs::write(&remembered, port.to_string()).map_err(|source| PgEmbedError::Io {
+        what: "write",
+        path: remembered.clone(),
+        source,
+    })?;
+    Ok(port)
+}

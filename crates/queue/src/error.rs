@@ -1,0 +1,25 @@
+use crate::job::{Fence, JobId};
+
+/// Errors at the queue's boundary.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum QueueError {
+    /// The job's lease is no longer this holder's: it expired and was rescued, was revoked, or the job already
+    /// finished. The holder must stop and write nothing more for this job.
+    #[error("lease on job {job_id} with fence {fence} is no longer held")]
+    LeaseLost { job_id: JobId, fence: Fence },
+    /// Another live job already holds this resource key (one live job per server or cluster).
+    #[error("resource {resource_key} is busy with live job {existing}")]
+    ResourceBusy { resource_key: String, existing: JobId },
+    /// The payload could not be encoded or decoded.
+    #[error("job payload")]
+    Payload(#[source] serde_json::Error),
+    #[error("queue database statement")]
+    Database(#[source] sqlx::Error),
+}
+
+impl From<sqlx::Error> for QueueError {
+    fn from(e: sqlx::Error) -> Self {
+        QueueError::Database(e)
+    }
+}

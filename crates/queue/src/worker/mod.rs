@@ -1,0 +1,342 @@
+//! The worker pool: leases jobs in batches, runs each with its own heartbeat, writes the outcome fenced, rescues
+//! expired leases and purges old completed jobs. Stateless: any number of pools may run against one database.
+
+mod completer;
+mod context;
+mod heartbeat;
+mod wake;
+
+use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+pub use context::{Handler, HandlerFuture, HandlerResult, JobContext, LeaseClock, Outcome};
+
+use crate::job::{Failure, LeasedJob};
+use crate::queue::Queue;
+use completer::Completer;
+
+/// Handlers by job kind.
+#[derive(Clone, Default)]
+pub struct Registry {
+    handlers: HashMap<String, Arc<dyn Handler>>,
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    pub fn register(mut self, kind: impl Into<String>, handler: impl Handler) -> Registry {
+        self.handlers.insert(kind.into(), Arc::new(handler));
+        self
+    }
+
+    pub fn kinds(&self) -> Vec<String> {
+        let mut kinds: Vec<String> = self.handlers.keys().cloned().collect();
+        kinds.sort();
+        kinds
+    }
+}
+
+/// Pool settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkerConfig {
+    /// Jobs run at once.
+    pub concurrency: usize,
+    /// The most jobs one lease statement claims.
+    pub batch: usize,
+    /// The fallback poll when no notification arrives (jittered ±50%).
+    pub poll_interval: Duration,
+    /// How often this pool looks for expired leases (jittered ±50%).
+    pub rescue_interval: Duration,
+    /// How often this pool purges completed jobs past their retention.
+    pub purge_interval: Duration,
+    /// Completion statements in flight at once.
+    pub completer_flushes: usize,
+    /// This pool's name in `jobs.leased_by`; defaults to host, process id and a random suffix.
+    pub holder: String,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            concurrency: 100,
+            batch: 100,
+            poll_interval: Duration::from_secs(1),
+            rescue_interval: Duration::from_secs(5),
+            purge_interval: Duration::from_secs(60),
+            completer_flushes: 2,
+            holder: default_holder(),
+        }
+    }
+}
+
+fn default_holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!(
+        "{}:{}:{:04x}",
+        host.trim(),
+        std::process::id(),
+        rand::random::<u16>()
+    )
+}
+
+struct Shared {
+    queue: Queue,
+    registry: Registry,
+    completer: Completer,
+}
+
+pub struct WorkerPool {
+    queue: Queue,
+    registry: Registry,
+    config: WorkerConfig,
+}
+
+impl WorkerPool {
+    pub fn new(queue: Queue, registry: Registry, config: WorkerConfig) -> WorkerPool {
+        WorkerPool {
+            queue,
+            registry,
+            config,
+        }
+    }
+
+    /// Runs until `shutdown` fires, then stops leasing and drains: in-flight jobs finish (their heartbeats keep
+    /// their leases alive meanwhile) and their outcomes are written before this returns.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let WorkerPool {
+            queue,
+            registry,
+            config,
+        } = self;
+        let kinds = registry.kinds();
+        let (completer, completer_task) = Completer::start(queue.clone(), config.completer_flushes);
+        let shared = Arc::new(Shared {
+            queue: queue.clone(),
+            registry,
+            completer,
+        });
+        let wake = Arc::new(Notify::new());
+        let background = CancellationToken::new();
+        let listener = tokio::spawn(wake::listen(
+            queue.pool().clone(),
+            kinds.iter().cloned().collect::<HashSet<_>>(),
+            wake.clone(),
+            background.clone(),
+        ));
+        let maintenance = tokio::spawn(maintain(queue.clone(), config.clone(), background.clone()));
+        let tracker = TaskTracker::new();
+        tracing::info!(holder = %config.holder, concurrency = config.concurrency, kinds = ?kinds, "worker pool started");
+
+        fetch_loop(&shared, &config, &kinds, &wake, &tracker, &shutdown).await;
+
+        tracing::info!(in_flight = tracker.len(), "worker pool draining");
+        tracker.close();
+        tracker.wait().await;
+        drop(shared);
+        let _ = completer_task.await;
+        background.cancel();
+        let _ = listener.await;
+        let _ = maintenance.await;
+        tracing::info!("worker pool stopped");
+    }
+}
+
+async fn fetch_loop(
+    shared: &Arc<Shared>,
+    config: &WorkerConfig,
+    kinds: &[String],
+    wake: &Notify,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) {
+    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+    let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
+    let mut db_backoff = Duration::from_millis(100);
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return,
+            permit = slots.clone().acquire_owned() => permit.expect("the slot semaphore is never closed"),
+        };
+        let mut permits = vec![first];
+        while permits.len() < config.batch.max(1) {
+            match slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        let wanted = permits.len();
+        let leased_at = Instant::now();
+        match shared.queue.lease(&kinds, wanted, &config.holder).await {
+            Ok(jobs) => {
+                db_backoff = Duration::from_millis(100);
+                let got = jobs.len();
+                for (job, permit) in jobs.into_iter().zip(permits.drain(..)) {
+                    tracker.spawn(run_job(shared.clone(), job, leased_at, permit));
+                }
+                if got == wanted {
+                    continue;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "leasing failed; backing off");
+                drop(permits);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(wake::jittered(db_backoff)) => {}
+                }
+                db_backoff = (db_backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        }
+        drop(permits);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(wake::jittered(config.poll_interval)) => {}
+        }
+    }
+}
+
+async fn run_job(shared: Arc<Shared>, job: LeasedJob, leased_at: Instant, _slot: OwnedSemaphorePermit) {
+    let queue = &shared.queue;
+    let job_ref = job.job_ref();
+    let span = tracing::info_span!("job", job_id = job.id, kind = %job.kind, fence = job.fence, attempt = job.attempts);
+    let Some(handler) = shared.registry.handlers.get(&job.kind).cloned() else {
+        // Leases only ask for registered kinds; reaching this is a bug, and the rescuer will retry the job.
+        tracing::error!(parent: &span, "no handler registered for this kind");
+        return;
+    };
+    let lease = LeaseClock::new(leased_at + queue.config().lease_ttl);
+    let cancel = CancellationToken::new();
+    let lost = Arc::new(AtomicBool::new(false));
+    let stop_heartbeat = CancellationToken::new();
+    let heartbeat = tokio::spawn(heartbeat::run(
+        queue.clone(),
+        job_ref,
+        lease.clone(),
+        cancel.clone(),
+        lost.clone(),
+        stop_heartbeat.clone(),
+    ));
+    let ctx = JobContext {
+        job,
+        cancel,
+        lease,
+        queue: queue.clone(),
+    };
+    let started = Instant::now();
+    let result = match AssertUnwindSafe(handler.run(ctx))
+        .catch_unwind()
+        .instrument(span.clone())
+        .await
+    {
+        Ok(result) => result,
+        Err(panic) => Err(
+            Failure::retryable(format!("handler panicked: {}", panic_message(&panic)))
+                .with_error_class("panic"),
+        ),
+    };
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let _enter = span.enter();
+    if lost.load(Ordering::Acquire) {
+        tracing::warn!(
+            duration_ms,
+            "job ended after its lease was lost; its outcome is discarded"
+        );
+    } else {
+        let written = match &result {
+            Ok(Outcome::Complete) => {
+                if shared.completer.complete(job_ref.id, job_ref.fence).await {
+                    Ok(())
+                } else {
+                    Err(crate::QueueError::LeaseLost {
+                        job_id: job_ref.id,
+                        fence: job_ref.fence,
+                    })
+                }
+            }
+            Ok(Outcome::Snooze(until)) => match queue.pool().acquire().await {
+                Ok(mut conn) => queue.snooze(&mut conn, job_ref, *until).await,
+                Err(e) => Err(e.into()),
+            },
+            Ok(Outcome::Finished) => Ok(()),
+            Err(failure) => match queue.pool().acquire().await {
+                Ok(mut conn) => queue.fail(&mut conn, job_ref, failure).await.map(|outcome| {
+                    tracing::info!(duration_ms, error = %failure.message, ?outcome, "job failed");
+                }),
+                Err(e) => Err(e.into()),
+            },
+        };
+        match written {
+            Ok(()) => tracing::debug!(duration_ms, "job done"),
+            Err(error) => tracing::warn!(duration_ms, error = %error, "job outcome not written"),
+        }
+    }
+    stop_heartbeat.cancel();
+    let _ = heartbeat.await;
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic".to_string()
+    }
+}
+
+/// The rescuer and retention, on jittered timers. Every pool runs them; SKIP LOCKED and fenced writes make
+/// concurrent passes safe.
+async fn maintain(queue: Queue, config: WorkerConfig, stop: CancellationToken) {
+    let mut next_purge = Instant::now() + wake::jittered(config.purge_interval);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wake::jittered(config.rescue_interval)) => {}
+        }
+        loop {
+            match queue.rescue(100).await {
+                Ok(report) if report.retried + report.dead_lettered > 0 => {
+                    tracing::info!(
+                        retried = report.retried,
+                        dead_lettered = report.dead_lettered,
+                        "rescued jobs whose lease expired"
+                    );
+                    if report.retried + report.dead_lettered < 100 {
+                        break;
+                    }
+                }
+                Ok(_) => break,
+                Err(error) => {
+                    tracing::warn!(error = %error, "rescuer pass failed");
+                    break;
+                }
+            }
+        }
+        if Instant::now() >= next_purge {
+            next_purge = Instant::now() + wake::jittered(config.purge_interval);
+            if !queue.config().completed_retention.is_zero() {
+                match queue.purge_completed().await {
+                    Ok(n) if n > 0 => tracing::info!(purged = n, "purged completed jobs past retention"),
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(error = %error, "purging completed jobs failed"),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The worker pool against a real PostgreSQL: wake-ups, heartbeats, lease loss, draining, panics.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::*;
+use racklift_queue::{
+    Backoff, Failure, HandlerResult, JobContext, NewJob, Outcome, Queue, QueueConfig, Registry, WorkerConfig,
+    WorkerPool,
+};
+use racklift_testdb::TestDb;
+use tokio_util::sync::CancellationToken;
+
+fn short_lease(pool: &sqlx::PgPool) -> Queue {
+    Queue::new(
+        pool.clone(),
+        QueueConfig {
+            lease_ttl: Duration::from_millis(600),
+            backoff: Backoff {
+                base: Duration::from_millis(10),
+                cap: Duration::from_millis(50),
+            },
+            ..QueueConfig::default()
+        },
+    )
+}
+
+/// A pool whose fallback poll and rescuer are slow enough that only notifications and heartbeats matter.
+fn config(concurrency: usize) -> WorkerConfig {
+    WorkerConfig {
+        concurrency,
+        batch: 10,
+        poll_interval: Duration::from_secs(60),
+        rescue_interval: Duration::from_secs(60),
+        ..WorkerConfig::default()
+    }
+}
+
+fn sleeper(ms: u64) -> NewJob {
+    NewJob::new("sleep", &serde_json::json!({ "ms": ms })).unwrap()
+}
+
+async fn sleep_handler(ctx: JobContext) -> HandlerResult {
+    let ms = ctx.job.payload::<serde_json::Value>().unwrap()["ms"]
+        .as_u64()
+        .unwrap();
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(Outcome::Complete),
+        _ = ctx.cancel.cancelled() => Err(Failure::retryable("cancelled")),
+    }
+}
+
+async fn count(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_pool_is_woken_by_notify_not_by_its_poll() {
+    let db = TestDb::new().await;
+    let q = queue(&db.pool);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = ran.clone();
+    let registry = Registry::new().register("k", move |_ctx: JobContext| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { HandlerResult::Ok(Outcome::Complete) }
+    });
+    let shutdown = CancellationToken::new();
+    let pool = tokio::spawn(WorkerPool::new(q.clone(), registry, config(4)).run(shutdown.clone()));
+    // The pool's first fetch finds nothing; from then on only a notification (poll is 60 s) can wake it.
+    wait_for(Duration::from_secs(5), "listener to connect", || async {
+        count(
+            &db.pool,
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'",
+        )
+        .await
+            > 0
+    })
+    .await;
+    for _ in 0..5 {
+        enqueue(&q, &job("k")).await;
+    }
+    wait_for(Duration::from_secs(10), "five jobs to run", || async {
+        ran.load(Ordering::SeqCst) == 5
+    })
+    .await;
+    wait_for(Duration::from_secs(10), "completions to be written", || async {
+        count(&db.pool, "SELECT count(*) FROM jobs WHERE state = 'completed'").await == 5
+    })
+    .await;
+    shutdown.cancel();
+    pool.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_a_long_job_leased_past_its_ttl() {
+    let db = TestDb::new().await;
+    let q = short_lease(&db.pool);
+    let id = enqueue(&q, &sleeper(2_000)).await.id();
+    let shutdown = CancellationToken::new();
+    let pool = tokio::spawn(
+        WorkerPool::new(
+            q.clone(),
+            Registry::new().register("sleep", sleep_handler),
+            config(1),
+        )
+        .run(shutdown.clone()),
+    );
+    // While it sleeps for more than three lease lifetimes, a rescuer keeps looking and finds nothing to rescue.
+    let mut rescued = 0;
+    while state_of(&db.pool, id).await.as_deref() != Some("completed") {
+        let r = q.rescue(10).await.unwrap();
+        rescued += r.retried + r.dead_lettered;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(rescued, 0);
+    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 1);
+    shutdown.cancel();
+    pool.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_lease_cancels_the_handler_and_its_outcome_is_discarded() {
+    let db = TestDb::new().await;
+    let q = short_lease(&db.pool);
+    let id = enqueue(&q, &sleeper(60_000)).await.id();
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let seen = cancelled.clone();
+    let registry = Registry::new().register("sleep", move |ctx: JobContext| {
+        let seen = seen.clone();
+        async move {
+            ctx.cancel.cancelled().await;
+            seen.fetch_add(1, Ordering::SeqCst);
+            // A stale holder trying to report success anyway must not complete the job.
+            HandlerResult::Ok(Outcome::Complete)
+        }
+    });
+    let shutdown = CancellationToken::new();
+    let pool = tokio::spawn(WorkerPool::new(q.clone(), registry, config(1)).run(shutdown.clone()));
+    wait_for(Duration::from_secs(5), "the job to be leased", || async {
+        state_of(&db.pool, id).await.as_deref() == Some("running")
+    })
+    .await;
+    let fence_before: i64 = sqlx::query_scalar("SELECT fence FROM jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    shutdown.cancel(); // stop leasing, so the revoked job is not simply picked up again by this pool
+    let mut conn = db.pool.acquire().await.unwrap();
+    assert!(q.revoke(&mut conn, id).await.unwrap());
+    wait_for(Duration::from_secs(5), "the handler to be cancelled", || async {
+        cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    pool.await.unwrap();
+    let (state, fence): (String, i64) = sqlx::query_as("SELECT state, fence FROM jobs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "queued", "the stale holder's success was refused");
+    assert!(fence > fence_before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_in_flight_jobs_while_heartbeats_hold_their_leases() {
+    let db = TestDb::new().await;
+    let q = short_lease(&db.pool);
+    for _ in 0..3 {
+        enqueue(&q, &sleeper(1_500)).await;
+    }
+    let shutdown = CancellationToken::new();
+    let pool = tokio::spawn(
+        WorkerPool::new(
+            q.clone(),
+            Registry::new().register("sleep", sleep_handler),
+            config(3),
+        )
+        .run(shutdown.clone()),
+    );
+    wait_for(Duration::from_secs(5), "three running jobs", || async {
+        count(&db.pool, "SELECT count(*) FROM jobs WHERE state = 'running'").await == 3
+    })
+    .await;
+    shutdown.cancel();
+    // The drain lasts longer than two lease lifetimes; a rescuer running meanwhile must find nothing.
+    let mut rescued = 0;
+    while !pool.is_finished() {
+        let r = q.rescue(10).await.unwrap();
+        rescued += r.retried + r.dead_lettered;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pool.await.unwrap();
+    assert_eq!(rescued, 0, "no lease expired during the drain");
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM jobs WHERE state = 'completed' AND attempts = 1"
+        )
+        .await,
+        3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_retried_then_dead_lettered() {
+    let db = TestDb::new().await;
+    let q = short_lease(&db.pool);
+    enqueue(&q, &job("boom").with_max_attempts(3)).await;
+    let registry = Registry::new().register("boom", |_ctx: JobContext| async {
+        if true {
+            panic!("handler bug");
+        }
+        HandlerResult::Ok(Outcome::Complete)
+    });
+    let shutdown = CancellationToken::new();
+    let config = WorkerConfig {
+        poll_interval: Duration::from_millis(20),
+        ..config(1)
+    };
+    let pool = tokio::spawn(WorkerPool::new(q.clone(), registry, config).run(shutdown.clone()));
+    wait_for(Duration::from_secs(10), "the dead letter", || async {
+        count(&db.pool, "SELECT count(*) FROM dead_letters").await == 1
+    })
+    .await;
+    shutdown.cancel();
+    pool.await.unwrap();
+    let (attempts, last_error, class): (i32, String, Option<String>) =
+        sqlx::query_as("SELECT attempts, last_error, error_class FROM dead_letters")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(attempts, 3);
+    assert!(last_error.contains("handler bug"));
+    assert_eq!(class.as_deref(), Some("panic"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pools_run_each_job_exactly_once() {
+    let db = TestDb::new().await;
+    let q = queue(&db.pool);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut tx = db.pool.begin().await.unwrap();
+    let jobs: Vec<NewJob> = (0..500).map(|_| job("k")).collect();
+    q.enqueue_batch(&mut tx, &jobs).await.unwrap();
+    tx.commit().await.unwrap();
+    let shutdown = CancellationToken::new();
+    let mut pools = Vec::new();
+    for _ in 0..2 {
+        let runs = runs.clone();
+        let registry = Registry::new().register("k", move |_ctx: JobContext| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async { HandlerResult::Ok(Outcome::Complete) }
+        });
+        pools.push(tokio::spawn(
+            WorkerPool::new(q.clone(), registry, config(50)).run(shutdown.clone()),
+        ));
+    }
+    wait_for(Duration::from_secs(20), "all jobs completed", || async {
+        count(&db.pool, "SELECT count(*) FROM jobs WHERE state = 'completed'").await == 500
+    })
+    .await;
+    shutdown.cancel();
+    for p in pools {
+        p.await.unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 500);
+    assert_eq!(
+        count(&db.pool, "SELECT count(*) FROM jobs WHERE attempts <> 1").await,
+        0
+    );
+}

@@ -1,0 +1,88 @@
+//! A fresh database per test, on the real PostgreSQL named by `DATABASE_URL`.
+//!
+//! Nothing in racklift mocks the database: each test gets its own database, migrated with the shipped migrations,
+//! and dropped when the test ends. `ops/test` starts a throwaway server when `DATABASE_URL` is not set.
+
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
+
+/// A migrated database that is dropped (with its connections) when this value is dropped.
+pub struct TestDb {
+    pub pool: PgPool,
+    pub url: String,
+    name: String,
+    admin: PgConnectOptions,
+}
+
+/// Reads `DATABASE_URL`, failing with a sentence that says how to get one.
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL").expect(
+        "DATABASE_URL is not set: run the tests through ops/test, which starts a throwaway PostgreSQL, \
+         or point DATABASE_URL at a server where this user may CREATE DATABASE",
+    )
+}
+
+impl TestDb {
+    /// Creates and migrates a database with a unique name.
+    pub async fn new() -> TestDb {
+        let db = TestDb::empty().await;
+        racklift_schema::migrate(&db.pool)
+            .await
+            .expect("migrations apply to a fresh database");
+        db
+    }
+
+    /// Creates a database with a unique name and no tables (for migration tests).
+    pub async fn empty() -> TestDb {
+        let admin = PgConnectOptions::from_str(&admin_url()).expect("DATABASE_URL parses");
+        let name = format!("racklift_test_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = PgConnection::connect_with(&admin)
+            .await
+            .expect("connect to DATABASE_URL");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await
+            .expect("CREATE DATABASE");
+        conn.close().await.ok();
+        let opts = admin.clone().database(&name);
+        let url = opts.to_url_lossy().to_string();
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .connect_with(opts)
+            .await
+            .expect("connect to the test database");
+        TestDb {
+            pool,
+            url,
+            name,
+            admin,
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin = self.admin.clone();
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime, which cannot be awaited here: a thread with its own runtime
+        // removes the database (FORCE ends the pool's sessions server-side), and the test waits for it.
+        let dropper = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async move {
+                let mut conn = PgConnection::connect_with(&admin).await.ok()?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&mut conn)
+                .await
+                .ok()
+            })
+        });
+        let _ = dropper.join();
+    }
+}
