@@ -10,15 +10,30 @@
 
 use racklift_bench_apalis::best_of;
 
-const DEFAULT_GRID: &[(usize, usize)] =
-    &[(1, 10), (1, 100), (2, 100), (4, 10), (4, 100), (4, 500), (8, 100), (8, 500)];
+const DEFAULT_GRID: &[(usize, usize)] = &[
+    (1, 10),
+    (1, 100),
+    (2, 100),
+    (4, 10),
+    (4, 100),
+    (4, 500),
+    (8, 100),
+    (8, 500),
+];
 
 fn parse_grid(spec: &str) -> Result<Vec<(usize, usize)>, String> {
     spec.split(',')
         .map(|cell| {
-            let (w, b) = cell.trim().split_once('x').ok_or_else(|| format!("bad grid cell {cell:?}"))?;
-            let w = w.parse().map_err(|e| format!("bad worker count in {cell:?}: {e}"))?;
-            let b = b.parse().map_err(|e| format!("bad batch size in {cell:?}: {e}"))?;
+            let (w, b) = cell
+                .trim()
+                .split_once('x')
+                .ok_or_else(|| format!("bad grid cell {cell:?}"))?;
+            let w = w
+                .parse()
+                .map_err(|e| format!("bad worker count in {cell:?}: {e}"))?;
+            let b = b
+                .parse()
+                .map_err(|e| format!("bad batch size in {cell:?}: {e}"))?;
             Ok((w, b))
         })
         .collect()
@@ -42,7 +57,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     println!("apalis-postgres 1.0, {jobs} no-op jobs per run, no-op handler");
-    println!("{:>7} {:>6} {:>10} {:>10} {:>12}", "workers", "batch", "jobs/s", "elapsed", "enqueue/s");
+    println!(
+        "{:>7} {:>6} {:>10} {:>10} {:>12}",
+        "workers", "batch", "jobs/s", "elapsed", "enqueue/s"
+    );
     let (best, best_result, rows) = best_of(&url, jobs, &grid).await?;
     for (run, result) in &rows {
         println!(

@@ -172,8 +172,12 @@ pub async fn run(database_url: &str, run: &ApalisRun) -> Result<ApalisResult, Ap
 }
 
 async fn run_with_pool(pool: &PgPool, run: &ApalisRun) -> Result<ApalisResult, ApalisBenchError> {
-    PostgresStorage::setup(pool).await.map_err(ApalisBenchError::Setup)?;
-    sqlx::query("TRUNCATE apalis.jobs, apalis.workers").execute(pool).await?;
+    PostgresStorage::setup(pool)
+        .await
+        .map_err(ApalisBenchError::Setup)?;
+    sqlx::query("TRUNCATE apalis.jobs, apalis.workers")
+        .execute(pool)
+        .await?;
 
     let config = Config::default().queue(QUEUE).batch_size(run.batch);
     let storage: PostgresStorage<u64> = PostgresStorage::new(pool).with_config(config);
@@ -184,7 +188,9 @@ async fn run_with_pool(pool: &PgPool, run: &ApalisRun) -> Result<ApalisResult, A
     let mut next = 0u64;
     while next < run.jobs {
         let end = run.jobs.min(next + PUSH_CHUNK);
-        sink.push_bulk((next..end).collect()).await.map_err(ApalisBenchError::Push)?;
+        sink.push_bulk((next..end).collect())
+            .await
+            .map_err(ApalisBenchError::Push)?;
         next = end;
     }
     let push_elapsed = push_start.elapsed();
@@ -209,7 +215,10 @@ async fn run_with_pool(pool: &PgPool, run: &ApalisRun) -> Result<ApalisResult, A
             .backend(storage.clone())
             .data(counter.clone())
             .build(noop);
-        running.push(RunningWorker { ctx, handle: tokio::spawn(worker.run()) });
+        running.push(RunningWorker {
+            ctx,
+            handle: tokio::spawn(worker.run()),
+        });
     }
 
     let waited = wait_for_target(&counter, &running).await;
@@ -220,7 +229,10 @@ async fn run_with_pool(pool: &PgPool, run: &ApalisRun) -> Result<ApalisResult, A
 
     let executed = counter.executed.load(Ordering::Relaxed);
     if executed > run.jobs {
-        return Err(ApalisBenchError::DuplicateExecution { executed, expected: run.jobs });
+        return Err(ApalisBenchError::DuplicateExecution {
+            executed,
+            expected: run.jobs,
+        });
     }
     verify_drained(pool, run.jobs).await?;
 
@@ -301,7 +313,11 @@ async fn verify_drained(pool: &PgPool, expected: u64) -> Result<(), ApalisBenchE
     .fetch_one(pool)
     .await?;
     if not_done != 0 || u64::try_from(done).ok() != Some(expected) {
-        return Err(ApalisBenchError::NotDrained { done, not_done, expected });
+        return Err(ApalisBenchError::NotDrained {
+            done,
+            not_done,
+            expected,
+        });
     }
     Ok(())
 }
