@@ -14,6 +14,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 
 pub use e2e::E2eRun;
 pub use latency::Latency;
+pub use racklift_bench_apalis::{ApalisRun, best_of as apalis_best_of, run as apalis_run};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -26,6 +27,8 @@ pub enum BenchError {
     Queue(#[from] racklift_queue::QueueError),
     #[error("worker process for the RSS probe")]
     Process(#[source] std::io::Error),
+    #[error("apalis peer")]
+    Apalis(#[from] racklift_bench_apalis::ApalisBenchError),
     #[error("{0}")]
     Stalled(String),
 }
@@ -62,6 +65,21 @@ impl BenchDb {
             .await?;
         racklift_schema::migrate(&pool).await?;
         Ok((url, pool))
+    }
+
+    /// Drops and recreates database `name` without racklift's schema (for the apalis peer, whose migrations
+    /// would clash with ours); returns its URL.
+    pub async fn fresh_empty(&self, name: &str) -> Result<String, BenchError> {
+        let mut admin = PgConnection::connect(&self.admin_url).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut admin)
+        .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await?;
+        Ok(replace_database(&self.admin_url, name))
     }
 
     pub async fn drop_db(&self, name: &str) -> Result<(), BenchError> {

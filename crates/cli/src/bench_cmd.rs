@@ -46,6 +46,10 @@ struct QueueArgs {
     /// Jobs held in flight by one worker process while its RSS is read.
     #[arg(long, default_value_t = 1000)]
     rss_in_flight: usize,
+    /// apalis-postgres settings to try, as WORKERSxBATCH; the best is reported. The default holds the best
+    /// settings found on the 2-core machines (a wider grid: 1-16 workers x batch 10-2000).
+    #[arg(long, value_delimiter = ',', default_value = "4x1000,8x1000,8x500")]
+    apalis_grid: Vec<String>,
     /// Where the embedded benchmark database lives when DATABASE_URL is not set.
     #[arg(long, default_value = ".racklift/bench-postgres")]
     data_dir: PathBuf,
@@ -143,6 +147,38 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
     dbs.drop_db("racklift_bench_raw").await?;
     dbs.drop_db("racklift_bench_e2e").await?;
 
+    let grid = parse_grid(&args.apalis_grid)?;
+    let url = dbs.fresh_empty("racklift_bench_apalis").await?;
+    let (best, _, tried) = racklift_bench::apalis_best_of(&url, args.jobs, &grid).await?;
+    for (run, result) in &tried {
+        eprintln!(
+            "  apalis {} workers x batch {}: {:.0}/s",
+            run.workers, run.batch, result.jobs_per_sec
+        );
+    }
+    // The best setting again, so its figure is a median like the others.
+    let mut apalis: Vec<f64> = tried
+        .iter()
+        .filter(|(r, _)| *r == best)
+        .map(|(_, r)| r.jobs_per_sec)
+        .collect();
+    for _ in 1..args.reps {
+        let url = dbs.fresh_empty("racklift_bench_apalis").await?;
+        apalis.push(racklift_bench::apalis_run(&url, &best).await?.jobs_per_sec);
+    }
+    dbs.drop_db("racklift_bench_apalis").await?;
+    let apalis = median(&mut apalis);
+    let racklift_delete = rows[1].1;
+    rows.push((
+        format!(
+            "apalis-postgres 1.0 at its best: {} workers x batch {}  (racklift/apalis = {:.1}x)",
+            best.workers,
+            best.batch,
+            racklift_delete / apalis
+        ),
+        apalis,
+    ));
+
     println!();
     println!("{:>12}  {}", "jobs/s", "what");
     for (label, rate) in &rows {
@@ -170,4 +206,16 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
         kib as f64 / 1024.0
     );
     Ok(())
+}
+
+fn parse_grid(cells: &[String]) -> anyhow::Result<Vec<(usize, usize)>> {
+    cells
+        .iter()
+        .map(|cell| {
+            let (w, b) = cell
+                .split_once('x')
+                .context("apalis grid cells look like 4x1000")?;
+            Ok((w.trim().parse()?, b.trim().parse()?))
+        })
+        .collect()
 }

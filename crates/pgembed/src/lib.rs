@@ -376,3 +376,18 @@ fn free_port(root: &Path) -> Result<u16, PgEmbedError> {
     })?;
     Ok(port)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_binaries_are_named_in_one_sentence_saying_what_to_install() {
+        let empty = std::env::temp_dir().join("racklift-no-postgres-here");
+        let err = find_binaries_in(&[empty]).unwrap_err().to_string();
+        assert!(err.contains("initdb, pg_ctl, postgres"), "{err}");
+        assert!(err.contains("apt-get install postgresql"), "{err}");
+        assert!(err.contains("DATABASE_URL"), "{err}");
+        assert_eq!(err.matches(". ").count(), 0, "one sentence: {err}");
+    }
+}

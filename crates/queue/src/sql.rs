@@ -105,20 +105,19 @@ pub(crate) async fn notify_kinds(conn: &mut PgConnection, kinds: &[&str]) -> sql
 }
 
 /// Claims up to `limit` due jobs of these kinds in one statement. The LIMIT sits inside the locking subquery so
-/// the planner cannot claim more rows than asked; every claimed job gets a fresh fence from the sequence.
+/// the planner cannot claim more rows than asked, and the picked ids come back as an array so the update finds
+/// its rows through the primary key (a join would hash the whole table on every claim). Every claimed job gets a
+/// fresh fence from the sequence.
 pub const LEASE_SQL: &str = "
-    WITH picked AS (
+    UPDATE jobs j
+    SET state = 'running', attempts = j.attempts + 1, fence = nextval('job_fence_seq'),
+        lease_expires_at = now() + $3 * interval '1 millisecond', leased_by = $4
+    WHERE j.id = ANY(ARRAY(
         SELECT id FROM jobs
         WHERE state = 'queued' AND run_at <= now() AND kind = ANY($1)
         ORDER BY priority DESC, run_at, id
         LIMIT $2
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE jobs j
-    SET state = 'running', attempts = j.attempts + 1, fence = nextval('job_fence_seq'),
-        lease_expires_at = now() + $3 * interval '1 millisecond', leased_by = $4
-    FROM picked
-    WHERE j.id = picked.id
+        FOR UPDATE SKIP LOCKED))
     RETURNING j.id, j.kind, j.payload::text AS payload, j.priority, j.attempts, j.max_attempts, j.fence,
               j.resource_key, j.idempotency_key, j.created_at";
 
@@ -158,17 +157,18 @@ pub(crate) async fn heartbeat<'c>(
 }
 
 /// The batch completion statement: `$1` job ids, `$2` their fences; returns the ids whose fence was current.
+/// Matching ids and fences as two sets is exact: each fence value is issued to one lease of one job only, so a row
+/// whose fence is among `$2` holds the very lease named beside it. (A join with `unnest` would make the planner
+/// hash the whole table.)
 pub(crate) fn complete_sql(keep_completed: bool) -> &'static str {
     if keep_completed {
-        "UPDATE jobs j SET state = 'completed', finished_at = now(), lease_expires_at = NULL
-         FROM unnest($1::int8[], $2::int8[]) AS t(id, fence)
-         WHERE j.id = t.id AND j.fence = t.fence AND j.state = 'running'
-         RETURNING j.id"
+        "UPDATE jobs SET state = 'completed', finished_at = now(), lease_expires_at = NULL
+         WHERE id = ANY($1::int8[]) AND fence = ANY($2::int8[]) AND state = 'running'
+         RETURNING id"
     } else {
-        "DELETE FROM jobs j
-         USING unnest($1::int8[], $2::int8[]) AS t(id, fence)
-         WHERE j.id = t.id AND j.fence = t.fence AND j.state = 'running'
-         RETURNING j.id"
+        "DELETE FROM jobs
+         WHERE id = ANY($1::int8[]) AND fence = ANY($2::int8[]) AND state = 'running'
+         RETURNING id"
     }
 }
 

@@ -22,7 +22,7 @@ use tracing::Instrument;
 pub use context::{Handler, HandlerFuture, HandlerResult, JobContext, LeaseClock, Outcome};
 
 use crate::job::{Failure, LeasedJob};
-use crate::queue::Queue;
+use crate::queue::{JobRef, Queue};
 use completer::Completer;
 
 /// Handlers by job kind.
@@ -172,11 +172,13 @@ async fn fetch_loop(
             permit = slots.clone().acquire_owned() => permit.expect("the slot semaphore is never closed"),
         };
         let mut permits = vec![first];
-        while permits.len() < config.batch.max(1) {
-            match slots.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
-            }
+        take_free_slots(&slots, &mut permits, config.batch);
+        // Busy and only a few slots free: wait a moment for more to free up, so a claim is a real batch rather
+        // than a trickle of tiny statements. An idle pool has every slot free and never waits here.
+        let batch = config.batch.max(1).min(config.concurrency.max(1));
+        if permits.len() < batch / 4 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            take_free_slots(&slots, &mut permits, config.batch);
         }
         let wanted = permits.len();
         let leased_at = Instant::now();
@@ -207,6 +209,15 @@ async fn fetch_loop(
             _ = shutdown.cancelled() => return,
             _ = wake.notified() => {}
             _ = tokio::time::sleep(wake::jittered(config.poll_interval)) => {}
+        }
+    }
+}
+
+fn take_free_slots(slots: &Arc<Semaphore>, permits: &mut Vec<OwnedSemaphorePermit>, batch: usize) {
+    while permits.len() < batch.max(1) {
+        match slots.clone().try_acquire_owned() {
+            Ok(p) => permits.push(p),
+            Err(_) => break,
         }
     }
 }
@@ -251,14 +262,29 @@ async fn run_job(shared: Arc<Shared>, job: LeasedJob, leased_at: Instant, _slot:
         ),
     };
     let duration_ms = started.elapsed().as_millis() as u64;
-    let _enter = span.enter();
+    // The outcome is written under the job's span; `instrument` (not `enter`) because it awaits.
+    write_outcome(&shared, job_ref, &result, &lost, duration_ms)
+        .instrument(span)
+        .await;
+    stop_heartbeat.cancel();
+    let _ = heartbeat.await;
+}
+
+async fn write_outcome(
+    shared: &Shared,
+    job_ref: JobRef,
+    result: &HandlerResult,
+    lost: &AtomicBool,
+    duration_ms: u64,
+) {
+    let queue = &shared.queue;
     if lost.load(Ordering::Acquire) {
         tracing::warn!(
             duration_ms,
             "job ended after its lease was lost; its outcome is discarded"
         );
     } else {
-        let written = match &result {
+        let written = match result {
             Ok(Outcome::Complete) => {
                 if shared.completer.complete(job_ref.id, job_ref.fence).await {
                     Ok(())
@@ -286,8 +312,6 @@ async fn run_job(shared: Arc<Shared>, job: LeasedJob, leased_at: Instant, _slot:
             Err(error) => tracing::warn!(duration_ms, error = %error, "job outcome not written"),
         }
     }
-    stop_heartbeat.cancel();
-    let _ = heartbeat.await;
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
