@@ -17,6 +17,33 @@ use crate::table::{Budget, Kind, State};
 
 /// Decides what the worker does next for a deployment, given fresh facts and the time.
 pub fn decide(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step {
+    within_deadline(decide_unclamped(d, facts, now, cfg), d, now, cfg)
+}
+
+/// Applies the outcome of the action a [`Decision::Act`] asked for.
+pub fn apply_outcome(d: &Deployment, outcome: &Outcome, now: Time, cfg: &Config, jitter: Jitter) -> Step {
+    within_deadline(apply_outcome_unclamped(d, outcome, now, cfg, jitter), d, now, cfg)
+}
+
+/// Nothing a decision asks for reaches past the overall deadline: no snooze, no backoff and no
+/// call deadline, so the deadline check at the top of `decide` runs on time.
+fn within_deadline(mut step: Step, d: &Deployment, now: Time, cfg: &Config) -> Step {
+    let deadline = d.machine.started_at + secs(cfg.deployment_timeout_secs);
+    match &mut step.decision {
+        Decision::Snooze { until } => *until = (*until).min(deadline),
+        Decision::Retry { at } => *at = (*at).min(deadline),
+        Decision::Act {
+            call_deadline_secs, ..
+        } => {
+            let left = u64::try_from((deadline - now).num_seconds()).unwrap_or(0).max(1);
+            *call_deadline_secs = (*call_deadline_secs).min(left);
+        }
+        Decision::Continue | Decision::Finished(_) => {}
+    }
+    step
+}
+
+fn decide_unclamped(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step {
     let m = &d.machine;
     let state = m.state;
     if let Some(t) = terminal(state) {
@@ -50,8 +77,13 @@ pub fn decide(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step {
     }
 }
 
-/// Applies the outcome of the action a [`Decision::Act`] asked for.
-pub fn apply_outcome(d: &Deployment, outcome: &Outcome, now: Time, cfg: &Config, jitter: Jitter) -> Step {
+fn apply_outcome_unclamped(
+    d: &Deployment,
+    outcome: &Outcome,
+    now: Time,
+    cfg: &Config,
+    jitter: Jitter,
+) -> Step {
     let m = d.machine.clone();
     let state = m.state;
     match state.kind() {

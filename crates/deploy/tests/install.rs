@@ -28,11 +28,29 @@ fn drive(mut d: Deployment, ticks: &[(i64, Facts)]) -> Option<(i64, State, Cause
 #[test]
 fn snapshot_waits_for_power_on_and_the_settle_delay() {
     let d = installing();
-    let early = decide(&d, &boot(Some(1), Some(P::MemoryInitializationStarted)), t(59), &cfg());
+    let early = decide(
+        &d,
+        &boot(Some(1), Some(P::MemoryInitializationStarted)),
+        t(59),
+        &cfg(),
+    );
     assert!(early.machine.install_watch.is_none());
-    let off = decide(&d, &Facts { last_reset_time: Some(t(1)), ..power(PowerState::Off) }, t(61), &cfg());
+    let off = decide(
+        &d,
+        &Facts {
+            last_reset_time: Some(t(1)),
+            ..power(PowerState::Off)
+        },
+        t(61),
+        &cfg(),
+    );
     assert!(off.machine.install_watch.is_none());
-    let taken = decide(&d, &boot(Some(1), Some(P::MemoryInitializationStarted)), t(61), &cfg());
+    let taken = decide(
+        &d,
+        &boot(Some(1), Some(P::MemoryInitializationStarted)),
+        t(61),
+        &cfg(),
+    );
     assert_eq!(taken.machine.install_watch.map(|w| w.taken_at), Some(t(61)));
     assert!(taken.changed, "the snapshot must be persisted");
 }
@@ -45,7 +63,10 @@ fn reboot_after_the_installer_ran_ends_stage_1_promptly() {
         &[
             (60, boot(Some(1), Some(P::OSBootStarted))),
             (70, boot(Some(1), Some(P::OSRunning))),
-            (200, boot(Some(195), Some(P::PrimaryProcessorInitializationStarted))),
+            (
+                200,
+                boot(Some(195), Some(P::PrimaryProcessorInitializationStarted)),
+            ),
         ],
     );
     assert_eq!(got, Some((200, State::DetachMedia, Cause::RebootDetected)));
@@ -65,21 +86,35 @@ fn firmware_reboot_before_the_installer_re_anchors() {
         d.machine = step.machine;
     }
     let watch = d.machine.install_watch.unwrap();
-    assert_eq!((watch.taken_at, watch.last_reset_time), (t(80), Some(t(75))), "re-anchored");
+    assert_eq!(
+        (watch.taken_at, watch.last_reset_time),
+        (t(80), Some(t(75))),
+        "re-anchored"
+    );
     let got = drive(
         d,
-        &[(120, boot(Some(75), Some(P::OSRunning))), (700, boot(Some(690), Some(P::BusInitializationStarted)))],
+        &[
+            (120, boot(Some(75), Some(P::OSRunning))),
+            (700, boot(Some(690), Some(P::BusInitializationStarted))),
+        ],
     );
     assert_eq!(got, Some((700, State::DetachMedia, Cause::RebootDetected)));
 }
 
 #[test]
 fn without_boot_progress_the_fallback_delay_decides() {
-    let early = drive(installing(), &[(60, boot(Some(1), None)), (300, boot(Some(290), None))]);
+    let early = drive(
+        installing(),
+        &[(60, boot(Some(1), None)), (300, boot(Some(290), None))],
+    );
     assert_eq!(early, None, "a reset 5 min in may be a firmware reboot");
     let late = drive(
         installing(),
-        &[(60, boot(Some(1), None)), (300, boot(Some(290), None)), (650, boot(Some(640), None))],
+        &[
+            (60, boot(Some(1), None)),
+            (300, boot(Some(290), None)),
+            (650, boot(Some(640), None)),
+        ],
     );
     assert_eq!(late, Some((650, State::DetachMedia, Cause::RebootDetected)));
 }
@@ -98,8 +133,15 @@ fn forced() -> Deployment {
 
 fn read(bytes: i64, last_read: i64, transfer: Option<TransferMethod>) -> Facts {
     Facts {
-        media: Some(MediaSlot { inserted: true, image: Some(IMAGE.into()), transfer_method: transfer }),
-        media_progress: Some(MediaProgress { bytes_read: bytes, last_read_at: Some(t(last_read)) }),
+        media: Some(MediaSlot {
+            inserted: true,
+            image: Some(IMAGE.into()),
+            transfer_method: transfer,
+        }),
+        media_progress: Some(MediaProgress {
+            bytes_read: bytes,
+            last_read_at: Some(t(last_read)),
+        }),
         ..on()
     }
 }
@@ -117,10 +159,34 @@ fn media_read_out_and_idle() {
     let mut small_image = forced();
     small_image.plan.image_size_bytes = Some(100 * MIB);
     let cases = [
-        C { name: "read out and idle", d: forced(), facts: read(enough, 400, None), at: 520, done: true },
-        C { name: "only with force", d: installing(), facts: read(enough, 400, None), at: 520, done: false },
-        C { name: "not idle long enough", d: forced(), facts: read(enough, 450, None), at: 520, done: false },
-        C { name: "too little read", d: forced(), facts: read((400 * MIB) as i64, 400, None), at: 520, done: false },
+        C {
+            name: "read out and idle",
+            d: forced(),
+            facts: read(enough, 400, None),
+            at: 520,
+            done: true,
+        },
+        C {
+            name: "only with force",
+            d: installing(),
+            facts: read(enough, 400, None),
+            at: 520,
+            done: false,
+        },
+        C {
+            name: "not idle long enough",
+            d: forced(),
+            facts: read(enough, 450, None),
+            at: 520,
+            done: false,
+        },
+        C {
+            name: "too little read",
+            d: forced(),
+            facts: read((400 * MIB) as i64, 400, None),
+            at: 520,
+            done: false,
+        },
         C {
             name: "capped at the image size",
             d: small_image,
@@ -135,16 +201,37 @@ fn media_read_out_and_idle() {
             at: 520,
             done: false,
         },
-        C { name: "cannot tell", d: forced(), facts: read(-1, 400, None), at: 520, done: false },
         C {
-            name: "no progress recorded (restart)",
+            name: "cannot tell",
             d: forced(),
-            facts: Facts { media_progress: None, ..read(enough, 0, None) },
+            facts: read(-1, 400, None),
             at: 520,
             done: false,
         },
-        C { name: "minimum install duration is a floor", d: forced(), facts: read(enough, 100, None), at: 299, done: false },
-        C { name: "floor passed", d: forced(), facts: read(enough, 100, None), at: 300, done: true },
+        C {
+            name: "no progress recorded (restart)",
+            d: forced(),
+            facts: Facts {
+                media_progress: None,
+                ..read(enough, 0, None)
+            },
+            at: 520,
+            done: false,
+        },
+        C {
+            name: "minimum install duration is a floor",
+            d: forced(),
+            facts: read(enough, 100, None),
+            at: 299,
+            done: false,
+        },
+        C {
+            name: "floor passed",
+            d: forced(),
+            facts: read(enough, 100, None),
+            at: 300,
+            done: true,
+        },
     ];
     for c in cases {
         let step = decide(&c.d, &c.facts, t(c.at), &cfg());
@@ -156,7 +243,15 @@ fn media_read_out_and_idle() {
 
 #[test]
 fn registration_wins_at_any_time() {
-    let step = decide(&installing(), &Facts { registered: true, ..power(PowerState::Off) }, t(5), &cfg());
+    let step = decide(
+        &installing(),
+        &Facts {
+            registered: true,
+            ..power(PowerState::Off)
+        },
+        t(5),
+        &cfg(),
+    );
     assert_eq!(step.transition.map(|tr| tr.cause), Some(Cause::Registered));
 }
 
@@ -172,9 +267,27 @@ fn rebooting(lrt: Option<i64>, progress: Option<P>, seen: bool) -> Deployment {
 #[test]
 fn reboot_wait() {
     let cases = [
-        ("reboot seen by the install wait", rebooting(Some(1), Some(P::OSRunning), true), boot(Some(1), Some(P::OSRunning)), 1001, Some(Cause::RebootDetected)),
-        ("reset time moved", rebooting(Some(1), None, false), boot(Some(900), None), 1001, Some(Cause::RebootDetected)),
-        ("not yet", rebooting(Some(1), Some(P::OSRunning), false), boot(Some(1), Some(P::OSRunning)), 1001, None),
+        (
+            "reboot seen by the install wait",
+            rebooting(Some(1), Some(P::OSRunning), true),
+            boot(Some(1), Some(P::OSRunning)),
+            1001,
+            Some(Cause::RebootDetected),
+        ),
+        (
+            "reset time moved",
+            rebooting(Some(1), None, false),
+            boot(Some(900), None),
+            1001,
+            Some(Cause::RebootDetected),
+        ),
+        (
+            "not yet",
+            rebooting(Some(1), Some(P::OSRunning), false),
+            boot(Some(1), Some(P::OSRunning)),
+            1001,
+            None,
+        ),
         (
             "cannot tell: window not passed",
             rebooting(None, None, false),
@@ -182,9 +295,30 @@ fn reboot_wait() {
             1000 + 299,
             None,
         ),
-        ("cannot tell: window passed while on", rebooting(None, None, false), on(), 1300, Some(Cause::ObservationWindowPassed)),
-        ("window does not apply where a reboot can be told", rebooting(Some(1), None, false), boot(Some(1), None), 1300, None),
-        ("registered", rebooting(Some(1), None, false), Facts { registered: true, ..on() }, 1001, Some(Cause::Registered)),
+        (
+            "cannot tell: window passed while on",
+            rebooting(None, None, false),
+            on(),
+            1300,
+            Some(Cause::ObservationWindowPassed),
+        ),
+        (
+            "window does not apply where a reboot can be told",
+            rebooting(Some(1), None, false),
+            boot(Some(1), None),
+            1300,
+            None,
+        ),
+        (
+            "registered",
+            rebooting(Some(1), None, false),
+            Facts {
+                registered: true,
+                ..on()
+            },
+            1001,
+            Some(Cause::Registered),
+        ),
     ];
     for (name, d, facts, at, want) in cases {
         let step = decide(&d, &facts, t(at), &cfg());
@@ -199,7 +333,13 @@ fn reboot_wait() {
 fn a_halted_server_is_powered_on_again() {
     let d = rebooting(None, None, false);
     let step = decide(&d, &power(PowerState::Off), t(1400), &cfg());
-    assert!(matches!(step.decision, Decision::Act { action: Action::PowerOn, .. }));
+    assert!(matches!(
+        step.decision,
+        Decision::Act {
+            action: Action::PowerOn,
+            ..
+        }
+    ));
     assert_eq!(step.machine.state, State::WaitReboot);
 }
 
@@ -210,6 +350,14 @@ fn secure_boot_settle_anchors_then_waits() {
     assert!(first.machine.settle_watch.is_some() && first.transition.is_none());
     let mut d = d;
     d.machine = first.machine;
-    let rebooted = decide(&d, &boot(Some(1), Some(P::PrimaryProcessorInitializationStarted)), t(150), &cfg());
-    assert_eq!(rebooted.transition.map(|tr| tr.cause), Some(Cause::RebootDetected));
+    let rebooted = decide(
+        &d,
+        &boot(Some(1), Some(P::PrimaryProcessorInitializationStarted)),
+        t(150),
+        &cfg(),
+    );
+    assert_eq!(
+        rebooted.transition.map(|tr| tr.cause),
+        Some(Cause::RebootDetected)
+    );
 }
