@@ -5,8 +5,9 @@
 
 use std::fmt::Write as _;
 
-use crate::rolling;
-use crate::table::{Group, STATES, State};
+use crate::Config;
+use crate::rolling::{self, RollingConfig};
+use crate::table::{Group, Kind, STATES, State};
 
 /// The deployment state diagram (mermaid `stateDiagram-v2`).
 pub fn deployment() -> String {
@@ -84,9 +85,90 @@ pub fn states_markdown() -> String {
     )
 }
 
+/// The deployment table as plain text, with the budgets `cfg` resolves to.
+pub fn deployment_table(cfg: &Config) -> String {
+    let mut out = format!(
+        "{:<30} {:<9} {:>8} {:<26} {:>6} {:>9}  successors\n",
+        "state", "kind", "timeout", "fallback", "budget", "call (s)"
+    );
+    for d in &STATES {
+        let timeout = d
+            .timeout(cfg)
+            .map_or_else(|| "-".to_owned(), |t| format!("{}s", t.num_seconds()));
+        let fallback = d.fallback.map_or_else(|| "-".to_owned(), |f| f.to_string());
+        let call = if matches!(d.kind, Kind::Terminal) {
+            "-".to_owned()
+        } else {
+            d.call_deadline_secs(cfg).to_string()
+        };
+        let next: Vec<String> = d.edges.iter().map(|e| e.to.to_string()).collect();
+        let kind = format!("{:?}", d.kind);
+        let _ = writeln!(
+            out,
+            "{:<30} {:<9} {:>8} {:<26} {:>6} {:>9}  {}",
+            d.state,
+            kind,
+            timeout,
+            fallback,
+            d.budget(cfg),
+            call,
+            next.join(", ")
+        );
+    }
+    out
+}
+
+/// The rolling restart / reboot table as plain text.
+pub fn rolling_table(cfg: &RollingConfig) -> String {
+    let mut out = format!(
+        "{:<28} {:<11} {:<9} {:>8} {:>7} {:<10} {:<9}  successors\n",
+        "state", "kind", "step", "timeout", "retries", "retrigger", "evacuated"
+    );
+    for d in &rolling::STATES {
+        let step = d.step.map_or_else(|| "-".to_owned(), |s| format!("{s:?}"));
+        let timeout = match (d.kind, d.step) {
+            (rolling::RollingKind::Wait, Some(s)) => format!("{}s", cfg.timeout_secs(s)),
+            (rolling::RollingKind::Settle, _) => format!("{}s", cfg.post_restore_delay_secs),
+            _ => "-".to_owned(),
+        };
+        let retries = if d.step.is_some() {
+            cfg.step_retries.to_string()
+        } else {
+            "-".to_owned()
+        };
+        let next: Vec<String> = d.edges.iter().map(|e| e.to.to_string()).collect();
+        let (kind, kept) = (format!("{:?}", d.kind), format!("{:?}", d.kept_evacuated));
+        let _ = writeln!(
+            out,
+            "{:<28} {:<11} {:<9} {:>8} {:>7} {:<10} {:<9}  {}",
+            d.state,
+            kind,
+            step,
+            timeout,
+            retries,
+            d.retrigger,
+            kept,
+            next.join(", ")
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_tables_list_every_state() {
+        let text = deployment_table(&Config::default());
+        assert_eq!(text.lines().count(), STATES.len() + 1);
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("WaitInstall ") && l.contains("2700s"))
+        );
+        let text = rolling_table(&RollingConfig::default());
+        assert_eq!(text.lines().count(), rolling::STATES.len() + 1);
+    }
 
     #[test]
     fn every_state_is_declared_and_every_drawn_edge_is_an_edge() {

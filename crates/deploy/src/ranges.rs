@@ -103,7 +103,8 @@ mod tests {
 
     #[test]
     fn insert_cases() {
-        let cases: &[(&str, &[(u64, u64)], &[(u64, u64)], u64)] = &[
+        type Case<'a> = (&'a str, &'a [(u64, u64)], &'a [(u64, u64)], u64);
+        let cases: &[Case] = &[
             ("single", &[(0, 10)], &[(0, 10)], 10),
             ("re-read counts once", &[(0, 10), (0, 10), (2, 5)], &[(0, 10)], 10),
             ("overlap merges", &[(0, 10), (5, 15)], &[(0, 15)], 15),

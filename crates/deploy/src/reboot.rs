@@ -64,11 +64,8 @@ impl RebootWatch {
         let signal = match (reset_changed, regressed) {
             (None, None) => RebootSignal::CannotTell,
             (Some(true), _) | (_, Some(true)) => RebootSignal::Rebooted {
-                installer_ran: match progress {
-                    // The boot that ended is the one whose high water the snapshot kept.
-                    Some(_) => Some(self.high_water.is_some_and(BootProgress::installer_started)),
-                    None => None,
-                },
+                // The boot that ended is the one whose high water the snapshot kept.
+                installer_ran: progress.map(|_| self.high_water.is_some_and(BootProgress::installer_started)),
             },
             _ => RebootSignal::NotRebooted,
         };

@@ -38,7 +38,7 @@ pub enum RollingState {
 
 impl fmt::Display for RollingState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        f.pad(&format!("{self:?}"))
     }
 }
 

@@ -207,7 +207,7 @@ mod tests {
         let high: AllowOverrides = [(KeyDb::Db, [(fp("mswin"), None), (fp("vendor"), None)].into())].into();
         assert_eq!(layer_allow_lists(&builtin, &[]), builtin);
         assert_eq!(
-            layer_allow_lists(&builtin, &[low.clone()])[&KeyDb::Db],
+            layer_allow_lists(&builtin, std::slice::from_ref(&low))[&KeyDb::Db],
             set(&["msca", "vendor"])
         );
         assert_eq!(

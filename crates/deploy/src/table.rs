@@ -384,7 +384,8 @@ static NAMES: [&str; 37] = [
 
 impl fmt::Display for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        // `pad` so tables can align state names with width specifiers.
+        f.pad(self.name())
     }
 }
 
