@@ -18,12 +18,24 @@ pub enum DeployCommand {
 
 pub fn run(cmd: DeployCommand) -> anyhow::Result<()> {
     match cmd {
-        DeployCommand::States { mermaid: true, rolling: false } => print!("{}", mermaid::deployment()),
-        DeployCommand::States { mermaid: true, rolling: true } => print!("{}", mermaid::rolling()),
-        DeployCommand::States { mermaid: false, rolling: false } => {
+        DeployCommand::States {
+            mermaid: true,
+            rolling: false,
+        } => print!("{}", mermaid::deployment()),
+        DeployCommand::States {
+            mermaid: true,
+            rolling: true,
+        } => print!("{}", mermaid::rolling()),
+        DeployCommand::States {
+            mermaid: false,
+            rolling: false,
+        } => {
             print!("{}", mermaid::deployment_table(&Config::default()))
         }
-        DeployCommand::States { mermaid: false, rolling: true } => {
+        DeployCommand::States {
+            mermaid: false,
+            rolling: true,
+        } => {
             print!("{}", mermaid::rolling_table(&RollingConfig::default()))
         }
     }

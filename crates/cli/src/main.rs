@@ -5,7 +5,11 @@ use clap::{Parser, Subcommand};
 mod deploy_cmd;
 
 #[derive(Parser)]
-#[command(name = "racklift", version, about = "Deploy IncusOS through BMCs and roll clusters, durably.")]
+#[command(
+    name = "racklift",
+    version,
+    about = "Deploy IncusOS through BMCs and roll clusters, durably."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -127,8 +127,9 @@ pub enum Outcome {
 }
 
 /// Fraction of the backoff cap actually waited, drawn by the caller (full jitter: uniform in
-/// `[0, 1]`). Keeping the randomness outside keeps decisions reproducible.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// `[0, 1]`). Keeping the randomness outside keeps decisions reproducible. Not serde: it is
+/// drawn per call, never stored, and a deserialised value would bypass the clamp.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Jitter(f64);
 
 impl Jitter {

@@ -11,6 +11,32 @@
 //! - [`ranges`]: distinct-bytes media read progress.
 //! - [`rolling`]: the rolling update / reboot table.
 //! - [`mermaid`]: the diagrams generated from the tables.
+//!
+//! A worker's lease, in outline (observation, persistence and the BMC call are the worker's):
+//!
+//! ```
+//! use chrono::{TimeZone, Utc};
+//! use racklift_deploy::{Config, Decision, Deployment, Facts, Jitter, Outcome, Plan, apply_outcome, decide};
+//!
+//! let cfg = Config::default();
+//! let now = Utc.timestamp_opt(1_800_000_000, 0).unwrap();
+//! let mut d = Deployment::new(Plan::default(), now);
+//! for _ in 0..cfg.max_transitions_per_tick {
+//!     let facts = Facts::default(); // observe: BMC reads + database, unknown where a read failed
+//!     let step = decide(&d, &facts, now, &cfg);
+//!     d.machine = step.machine; // persist if step.changed, fenced on the old seq
+//!     match step.decision {
+//!         Decision::Act { action: _, call_deadline_secs: _ } => {
+//!             let outcome = Outcome::Succeeded; // issue the action under its call deadline
+//!             let step = apply_outcome(&d, &outcome, now, &cfg, Jitter::new(0.5));
+//!             d.machine = step.machine; // persist; on Decision::Retry { at } reschedule the job
+//!         }
+//!         Decision::Continue => continue,
+//!         Decision::Snooze { .. } | Decision::Retry { .. } | Decision::Finished(_) => break,
+//!     }
+//! }
+//! assert_eq!(d.machine.state, racklift_deploy::State::CheckBIOS);
+//! ```
 
 pub mod bios;
 pub mod config;

@@ -454,3 +454,25 @@ fn run_until_blocked_chains_and_stops_at_the_bmc() {
         }
     ));
 }
+
+#[test]
+fn records_facts_and_steps_round_trip_through_json() {
+    use racklift_deploy::facts::BootProgress;
+    use racklift_deploy::{Deployment, Step};
+    let mut d = at_state(State::WaitInstall, 100);
+    let facts = Facts {
+        key_dbs: correct_key_dbs(),
+        ..boot(Some(5), Some(BootProgress::OSRunning))
+    };
+    let step = decide(&d, &facts, t(200), &cfg());
+    assert!(step.machine.install_watch.is_some());
+    d.machine = step.machine.clone();
+    let back: Deployment = serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
+    assert_eq!(back, d);
+    let back: Facts = serde_json::from_str(&serde_json::to_string(&facts).unwrap()).unwrap();
+    assert_eq!(back, facts);
+    let back: Step = serde_json::from_str(&serde_json::to_string(&step).unwrap()).unwrap();
+    assert_eq!(back, step);
+    // Facts a worker could not read are simply absent.
+    assert_eq!(serde_json::from_str::<Facts>("{}").unwrap(), Facts::default());
+}
