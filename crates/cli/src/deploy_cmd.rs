@@ -41,3 +41,37 @@ pub fn run(cmd: DeployCommand) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::DeployCommand;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(subcommand)]
+        cmd: DeployCommand,
+    }
+
+    #[test]
+    fn parses_states_flags() {
+        let w = Wrap::try_parse_from(["deploy", "states", "--mermaid", "--rolling"]).unwrap();
+        assert!(matches!(
+            w.cmd,
+            DeployCommand::States {
+                mermaid: true,
+                rolling: true
+            }
+        ));
+        let w = Wrap::try_parse_from(["deploy", "states"]).unwrap();
+        assert!(matches!(
+            w.cmd,
+            DeployCommand::States {
+                mermaid: false,
+                rolling: false
+            }
+        ));
+        assert!(Wrap::try_parse_from(["deploy", "states", "--svg"]).is_err());
+    }
+}
