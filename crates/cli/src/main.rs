@@ -9,6 +9,8 @@ mod worker_cmd;
 
 use clap::{Parser, Subcommand};
 
+mod deploy_cmd;
+
 #[derive(Parser)]
 #[command(
     name = "racklift",
@@ -36,6 +38,9 @@ enum Command {
     Db(db::DbArgs),
     /// Benchmarks.
     Bench(bench_cmd::Args),
+    /// Inspect the deployment state machine.
+    #[command(subcommand)]
+    Deploy(deploy_cmd::DeployCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -47,6 +52,7 @@ fn main() -> anyhow::Result<()> {
         Command::Worker(args) => runtime()?.block_on(worker_cmd::run(args)),
         Command::Db(args) => db::db_command(args),
         Command::Bench(args) => runtime()?.block_on(bench_cmd::run(args)),
+        Command::Deploy(cmd) => deploy_cmd::run(cmd),
     }
 }
 

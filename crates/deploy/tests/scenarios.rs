@@ -1,0 +1,250 @@
+//! Whole deployments against a tiny deterministic server model, driven as a worker would.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use chrono::TimeDelta;
+use common::*;
+use racklift_deploy::facts::{
+    AttrValue, BiosFacts, BootProgress, Fingerprint, KeyDb, MediaProgress, MediaSlot, PowerState,
+};
+use racklift_deploy::secure_boot::DbPlan;
+use racklift_deploy::{
+    Action, Decision, Deployment, Facts, Jitter, Outcome, State, Terminal, Time, apply_outcome, decide,
+};
+
+/// A server that boots in 30 s, installs in 7 min from the media and registers 2 min after the
+/// reboot that ends stage 1.
+struct Server {
+    power: bool,
+    booted_at: Option<Time>,
+    last_reset: Time,
+    reports_progress: bool,
+    reports_reset: bool,
+    current: BTreeMap<String, AttrValue>,
+    pending: BTreeMap<String, AttrValue>,
+    key_dbs: BTreeMap<KeyDb, Vec<Fingerprint>>,
+    media: Option<String>,
+    install_started: Option<Time>,
+    rebooted_after_install: Option<Time>,
+    /// Without force_reboot the installer waits for the media to go away.
+    waits_for_eject: bool,
+    reads: Option<MediaProgress>,
+}
+
+impl Server {
+    fn fresh() -> Self {
+        Server {
+            power: true,
+            booted_at: Some(t(-3600)),
+            last_reset: t(-3600),
+            reports_progress: true,
+            reports_reset: true,
+            current: [("SriovGlobalEnable".to_owned(), AttrValue::Text("Disabled".into()))].into(),
+            pending: BTreeMap::new(),
+            key_dbs: [(KeyDb::PK, vec![fp("vendor-pk")])].into(),
+            media: Some("left-behind.iso".into()),
+            install_started: None,
+            rebooted_after_install: None,
+            waits_for_eject: false,
+            reads: None,
+        }
+    }
+
+    fn configured() -> Self {
+        let mut s = Server::fresh();
+        s.current = plan()
+            .bios
+            .attributes
+            .into_iter()
+            .chain(plan().bios.deferred_attributes)
+            .collect();
+        s.key_dbs = correct_key_dbs();
+        s.media = None;
+        s
+    }
+
+    fn reset(&mut self, now: Time) {
+        self.last_reset = now;
+        self.booted_at = Some(now);
+        // Staged attributes take effect on a reset; deferred ones appear once their prerequisite is in.
+        let staged = std::mem::take(&mut self.pending);
+        self.current.extend(staged);
+    }
+
+    fn facts(&mut self, now: Time) -> Facts {
+        // Install stage 1: the installer runs from the media, then the server reboots itself.
+        if let (Some(start), None) = (self.install_started, self.rebooted_after_install) {
+            if now >= start + TimeDelta::minutes(7) {
+                self.reads = Some(MediaProgress {
+                    bytes_read: (900 * MIB) as i64,
+                    last_read_at: Some(start + TimeDelta::minutes(6)),
+                });
+                if !self.waits_for_eject {
+                    self.rebooted_after_install = Some(start + TimeDelta::minutes(7));
+                    self.reset(start + TimeDelta::minutes(7));
+                }
+            } else if now >= start + TimeDelta::minutes(1) {
+                self.reads = Some(MediaProgress {
+                    bytes_read: (300 * MIB) as i64,
+                    last_read_at: Some(now),
+                });
+            }
+        }
+        if self.waits_for_eject
+            && self.install_started.is_some()
+            && self.media.is_none()
+            && self.rebooted_after_install.is_none()
+        {
+            self.rebooted_after_install = Some(now);
+            self.reset(now);
+        }
+        let progress = match (self.power, self.booted_at) {
+            (false, _) | (true, None) => BootProgress::None,
+            (true, Some(b)) if now - b < TimeDelta::seconds(30) => BootProgress::MemoryInitializationStarted,
+            (true, Some(_)) => BootProgress::OSRunning,
+        };
+        Facts {
+            power: Some(if self.power {
+                PowerState::On
+            } else {
+                PowerState::Off
+            }),
+            last_reset_time: self.reports_reset.then_some(self.last_reset),
+            boot_progress: self.reports_progress.then_some(progress),
+            media: Some(MediaSlot {
+                inserted: self.media.is_some(),
+                image: self.media.clone(),
+                transfer_method: None,
+            }),
+            bios: Some(BiosFacts {
+                current: self.current.clone(),
+                pending: self.pending.clone(),
+            }),
+            bios_task: None,
+            key_dbs: self.key_dbs.clone(),
+            registered: self
+                .rebooted_after_install
+                .is_some_and(|r| now >= r + TimeDelta::minutes(2)),
+            media_progress: self.reads,
+            cancel: None,
+        }
+    }
+
+    fn act(&mut self, action: &Action, now: Time) {
+        match action {
+            Action::PowerOff | Action::CancelCleanup => {
+                self.power = false;
+                self.booted_at = None;
+            }
+            Action::PowerOn if !self.power => {
+                self.power = true;
+                self.reset(now);
+                if self.media.as_deref() == Some(IMAGE) && self.install_started.is_none() {
+                    self.install_started = Some(now);
+                }
+            }
+            Action::ApplyBios { attributes, .. } => self.pending.extend(attributes.iter().cloned()),
+            Action::EnrollSecureBoot { dbs } => {
+                for (db, p) in dbs {
+                    if let DbPlan::Reinitialise { keep, enroll } = p {
+                        let entries = self.key_dbs.entry(*db).or_default();
+                        entries.retain(|f| keep.contains(f));
+                        entries.extend(enroll.iter().cloned());
+                    }
+                }
+            }
+            Action::ClearMedia | Action::DetachMedia => self.media = None,
+            Action::AttachMedia { image_url } => self.media = Some(image_url.clone()),
+            _ => {}
+        }
+    }
+}
+
+/// Runs a deployment to its end; returns the terminal, the distinct states in order and the end time.
+fn run(mut d: Deployment, server: &mut Server) -> (Terminal, Vec<State>, Time) {
+    let mut now = t(0);
+    let mut path = vec![d.machine.state];
+    for _ in 0..10_000 {
+        let facts = server.facts(now);
+        let step = decide(&d, &facts, now, &cfg());
+        d.machine = step.machine;
+        match step.decision {
+            Decision::Finished(terminal) => {
+                path.dedup();
+                return (terminal, path, now);
+            }
+            Decision::Continue => {}
+            Decision::Snooze { until } => now = until,
+            Decision::Retry { at } => now = at,
+            Decision::Act { action, .. } => {
+                server.act(&action, now);
+                now += TimeDelta::seconds(2);
+                let step = apply_outcome(&d, &Outcome::Succeeded, now, &cfg(), Jitter::NONE);
+                d.machine = step.machine;
+            }
+        }
+        path.push(d.machine.state);
+    }
+    panic!("did not finish: {path:?}");
+}
+
+#[test]
+fn fresh_server_runs_both_bios_passes_and_the_settle_boot() {
+    let (end, path, at) = run(Deployment::new(plan(), t(0)), &mut Server::fresh());
+    assert_eq!(end, Terminal::Completed, "{path:?}");
+    for s in [
+        State::ApplyBIOS,
+        State::VerifyBIOS,
+        State::ApplyBIOSDeferred,
+        State::VerifyBIOSDeferred,
+        State::SecureBoot,
+        State::WaitSecureBootSettled,
+        State::WaitInstall,
+        State::WaitReboot,
+        State::Cleanup,
+    ] {
+        assert!(path.contains(&s), "{s} not visited: {path:?}");
+    }
+    assert!(at < t(60 * 60), "took until {at}");
+}
+
+#[test]
+fn configured_server_skips_the_bios_passes_and_the_settle_boot() {
+    let (end, path, _) = run(Deployment::new(plan(), t(0)), &mut Server::configured());
+    assert_eq!(end, Terminal::Completed, "{path:?}");
+    let expected = [
+        State::RefreshBMCData,
+        State::CheckBIOS,
+        State::PowerOffSecureBoot,
+        State::WaitPowerOffSecureBoot,
+        State::SecureBoot,
+        State::ClearMedia,
+        State::WaitMediaCleared,
+        State::AttachMedia,
+        State::WaitMediaAttached,
+        State::PowerOnInstall,
+        State::WaitInstall,
+        State::DetachMedia,
+        State::WaitMediaDetached,
+        State::WaitReboot,
+        State::WaitRegistration,
+        State::Cleanup,
+        State::Completed,
+    ];
+    assert_eq!(path, expected);
+}
+
+#[test]
+fn forced_install_on_a_bmc_without_reboot_signals_ends_on_media_idle() {
+    let mut server = Server::configured();
+    server.reports_progress = false;
+    server.reports_reset = false;
+    server.waits_for_eject = true;
+    let mut d = Deployment::new(plan(), t(0));
+    d.plan.force = true;
+    let (end, path, _) = run(d, &mut server);
+    assert_eq!(end, Terminal::Completed, "{path:?}");
+    assert!(path.contains(&State::WaitReboot));
+}
