@@ -533,13 +533,16 @@ async fn first_member(client: &BmcClient, collection: &str, what: &str) -> Resul
 fn is_certificate_error(err: &reqwest::Error) -> bool {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = current {
-        if is_cert(e) {
-            return true;
-        }
-        if let Some(inner) = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref())
-            && is_cert(inner)
-        {
-            return true;
+        let mut inner = e;
+        // io::Error may wrap io::Error (hyper-util does) before the rustls error.
+        loop {
+            if is_cert(inner) {
+                return true;
+            }
+            match inner.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+                Some(wrapped) => inner = wrapped,
+                None => break,
+            }
         }
         current = e.source();
     }

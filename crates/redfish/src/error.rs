@@ -164,7 +164,12 @@ impl Error {
             Self::Transport { .. } => ErrorClass::Transport,
             Self::Tls { .. } => ErrorClass::Tls,
             Self::Deadline { .. } => ErrorClass::Deadline,
-            Self::Status { status, extended, .. } => classify_status(*status, extended),
+            Self::Status {
+                status,
+                extended,
+                message_id,
+                ..
+            } => classify_status(*status, message_id.as_deref(), extended),
             Self::Decode { .. } => ErrorClass::Protocol,
             Self::Unsupported { .. } => ErrorClass::Unsupported,
             Self::Refused { .. } | Self::TaskFailed { .. } => ErrorClass::Rejected,
@@ -281,14 +286,20 @@ fn last_arg(e: &ExtendedInfo) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn classify_status(status: u16, extended: &[ExtendedInfo]) -> ErrorClass {
+fn classify_status(status: u16, message_id: Option<&str>, extended: &[ExtendedInfo]) -> ErrorClass {
+    // Conditions that pass with time: sessions exhausted (RAC0218), an internal media error
+    // (SYS446), the image server not reachable yet (RAC0904), iLO refusing changes while the
+    // server is in POST (Ironic retries 6 × 5 s).
     const BUSY_IDS: &[&str] = &[
         "RAC0218",
         "SYS446",
+        "RAC0904",
+        "UnableToModifyDuringSystemPOST",
         "ServiceTemporarilyUnavailable",
         "ServiceInUnknownState",
     ];
-    if extended.iter().any(|e| BUSY_IDS.contains(&e.suffix())) {
+    let busy = |id: &str| BUSY_IDS.contains(&message_suffix(id));
+    if extended.iter().any(|e| busy(&e.message_id)) || message_id.is_some_and(busy) {
         return ErrorClass::Busy;
     }
     match status {
@@ -363,6 +374,15 @@ mod tests {
     #[test]
     fn rac0218_is_busy_even_on_a_4xx() {
         assert_eq!(status_error(400, RAC0218).class(), ErrorClass::Busy);
+    }
+
+    #[test]
+    fn busy_ids_count_in_the_error_code_too() {
+        let e = status_error(
+            400,
+            r##"{"error":{"code":"iLO.2.14.UnableToModifyDuringSystemPOST","message":"in POST"}}"##,
+        );
+        assert_eq!(e.class(), ErrorClass::Busy);
     }
 
     #[test]

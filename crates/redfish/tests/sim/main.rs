@@ -1,0 +1,12 @@
+//! The client against the racklift BMC simulator, for every personality and operation,
+//! including the vendor fallbacks, fault classes, the per-BMC limiter, the fencing header and
+//! TLS modes. One test binary, so the simulator and client link once.
+
+mod bios;
+mod boot;
+mod common;
+mod faults;
+mod media;
+mod power;
+mod secure_boot;
+mod tls;
