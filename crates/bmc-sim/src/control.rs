@@ -26,7 +26,10 @@ use crate::machine::InstallConfig;
 use crate::reply;
 use crate::server::Fleet;
 
-#[expect(clippy::result_large_err, reason = "the error is the answer, built once per bad request")]
+#[expect(
+    clippy::result_large_err,
+    reason = "the error is the answer, built once per bad request"
+)]
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
     serde_json::from_slice(body).map_err(|e| {
         reply::json(

@@ -48,6 +48,8 @@ pub struct Faults {
     pub refuse_override_during_post: bool,
     /// Session creation answers 503 RAC0218 once this many sessions are open.
     pub session_limit: Option<u32>,
+    /// Mutations carrying `If-Match` (other than `*`) answer 412: the BMC rejects its own ETags.
+    pub reject_if_match: bool,
 }
 
 /// What a request-level fault does to one request.

@@ -187,6 +187,20 @@ async fn redfish(bmc: &Arc<Bmc>, prefix: &str, rel: &str, kill: &Notify, req: Re
     if !public && !authorized(bmc, &req) {
         return reply::unauthorized();
     }
+    if is_mutation
+        && bmc.faults().reject_if_match
+        && req
+            .headers()
+            .get("if-match")
+            .is_some_and(|v| v.as_bytes() != b"*")
+    {
+        return reply::error(
+            StatusCode::PRECONDITION_FAILED,
+            "PreconditionFailed",
+            "The ETag does not match.",
+            &[],
+        );
+    }
     if is_mutation {
         let fence = req.headers().get(FENCE_HEADER).and_then(|v| v.to_str().ok());
         bmc.audit.mutation(method.as_str(), req.uri().path(), fence);

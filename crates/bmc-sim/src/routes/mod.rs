@@ -264,7 +264,10 @@ impl Ctx<'_> {
     }
 
     /// The JSON request body (an empty body is `{}`).
-    #[expect(clippy::result_large_err, reason = "the error is the answer, built once per bad request")]
+    #[expect(
+        clippy::result_large_err,
+        reason = "the error is the answer, built once per bad request"
+    )]
     pub fn json_body(&self) -> Result<Value, Response> {
         if self.body.iter().all(u8::is_ascii_whitespace) {
             return Ok(json!({}));
@@ -278,7 +281,7 @@ impl Ctx<'_> {
         json!({
             "@odata.id": self.uri(path),
             "@odata.type": odata_type,
-            "@odata.context": format!("/redfish/v1/$metadata#{}", odata_type.trim_start_matches('#').split('.').next().unwrap_or("")),
+            "@odata.context": format!("/redfish/v1/$metadata#{}", odata_type.trim_start_matches('#')),
             "Name": name,
             "Members@odata.count": members.len(),
             "Members": members,

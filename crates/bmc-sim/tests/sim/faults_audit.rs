@@ -232,3 +232,32 @@ async fn insert_error_fault_answers_the_idrac_message() {
         "IDRAC.2.8.RAC0904"
     );
 }
+
+#[tokio::test]
+async fn reject_if_match_fault_answers_412_unless_the_etag_is_a_wildcard() {
+    let sim = common::start(1, "generic").await;
+    let c = Client::new(&sim);
+    sim.set_faults(
+        0,
+        Faults {
+            reject_if_match: true,
+            ..Faults::default()
+        },
+    );
+    let sys = c.system(&sim.bmc_url(0)).await;
+    let url = c.url(sys["@odata.id"].as_str().unwrap());
+    let body = json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}});
+    let patch = |etag: &'static str| {
+        c.http
+            .patch(&url)
+            .basic_auth("admin", Some("password"))
+            .header("If-Match", etag)
+            .json(&body)
+            .send()
+    };
+    assert_eq!(
+        patch("W/\"1\"").await.unwrap().status(),
+        StatusCode::PRECONDITION_FAILED
+    );
+    assert_eq!(patch("*").await.unwrap().status(), StatusCode::NO_CONTENT);
+}

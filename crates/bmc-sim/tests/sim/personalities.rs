@@ -238,3 +238,40 @@ async fn supermicro_publishes_reset_types_only_via_action_info_and_hides_eject_w
             .ends_with("/Bios/SD")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_bmcs_from_one_process_answer_concurrent_gets() {
+    let sim = common::start(1_000, "mix").await;
+    let c = std::sync::Arc::new(Client::new(&sim));
+    let urls: Vec<String> = (0..sim.len())
+        .map(|i| format!("{}/redfish/v1/Systems", sim.bmc_url(i)))
+        .collect();
+    let started = std::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..32 {
+        let c = c.clone();
+        let urls = urls.clone();
+        tasks.spawn(async move {
+            let mut ok = 0;
+            for url in urls.iter().skip(worker).step_by(32).cycle().take(100) {
+                let (status, _, body) = c.send(reqwest::Method::GET, url, None, None).await;
+                assert_eq!(status, StatusCode::OK, "{url}");
+                assert_eq!(body["Members@odata.count"], 1);
+                ok += 1;
+            }
+            ok
+        });
+    }
+    let mut total = 0;
+    while let Some(r) = tasks.join_next().await {
+        total += r.unwrap();
+    }
+    assert_eq!(total, 3_200);
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{total} GETs over 1000 BMCs in {secs:.2}s ({:.0}/s, debug build, shared machine)",
+        f64::from(total) / secs
+    );
+    let spread: u64 = (0..sim.len()).map(|i| sim.audit(i).requests).sum();
+    assert_eq!(spread, 3_200);
+}
