@@ -17,7 +17,7 @@ use tracing::Instrument;
 use crate::error::{Error, Result, parse_error_body};
 use crate::limiter::HostLimiter;
 use crate::secret::Credentials;
-use crate::tls::{TlsMode, client_config};
+use crate::tls::{TlsMode, client_config, is_certificate_error};
 
 /// Header carrying the caller's fencing token on every request.
 pub const FENCE_HEADER: &str = "X-Racklift-Fence";
@@ -526,34 +526,6 @@ async fn first_member(client: &BmcClient, collection: &str, what: &str) -> Resul
         .ok_or_else(|| Error::Unsupported {
             what: format!("{what} (empty collection {collection})"),
         })
-}
-
-/// Whether a reqwest error chain holds a rustls certificate rejection. rustls errors travel
-/// inside `io::Error`, whose `source()` skips the wrapped error, so look inside those too.
-fn is_certificate_error(err: &reqwest::Error) -> bool {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = current {
-        let mut inner = e;
-        // io::Error may wrap io::Error (hyper-util does) before the rustls error.
-        loop {
-            if is_cert(inner) {
-                return true;
-            }
-            match inner.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
-                Some(wrapped) => inner = wrapped,
-                None => break,
-            }
-        }
-        current = e.source();
-    }
-    false
-}
-
-fn is_cert(e: &(dyn std::error::Error + 'static)) -> bool {
-    matches!(
-        e.downcast_ref::<rustls::Error>(),
-        Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
-    )
 }
 
 #[cfg(test)]

@@ -114,43 +114,44 @@ impl BmcClient {
     /// Reads PK, KEK, db and dbx with their certificates and signatures. Empty when the BMC
     /// has no `SecureBootDatabases` link.
     pub async fn read_key_databases(&self) -> Result<Vec<KeyDatabase>> {
-        self.within("read_key_databases", async {
-            let sb = self.secure_boot().await?;
-            let Some(link) = sb.secure_boot_databases else {
-                return Ok(Vec::new());
-            };
-            let collection: Collection = self.get_json(&link.odata_id).await?;
-            let mut out = Vec::new();
-            for member in collection.members {
-                let db: Map<String, Value> = self.get_json(&member.odata_id).await?;
-                let id = ["DatabaseId", "Id", "Name"]
-                    .iter()
-                    .find_map(|k| db.get(*k).and_then(Value::as_str))
-                    .unwrap_or_default()
-                    .to_owned();
-                if !DATABASES.contains(&id.as_str()) {
-                    continue;
-                }
-                let certificates_uri = link_field(&db, "Certificates");
-                let certificates = match &certificates_uri {
-                    Some(uri) => self.members::<KeyCertificate>(uri).await?,
-                    None => Vec::new(),
-                };
-                let signatures = match link_field(&db, "Signatures") {
-                    Some(uri) => self.members::<KeySignature>(&uri).await?,
-                    None => Vec::new(),
-                };
-                out.push(KeyDatabase {
-                    database_id: id,
-                    odata_id: member.odata_id,
-                    certificates_uri,
-                    certificates,
-                    signatures,
-                });
+        self.within("read_key_databases", self.key_databases()).await
+    }
+
+    async fn key_databases(&self) -> Result<Vec<KeyDatabase>> {
+        let sb = self.secure_boot().await?;
+        let Some(link) = sb.secure_boot_databases else {
+            return Ok(Vec::new());
+        };
+        let collection: Collection = self.get_json(&link.odata_id).await?;
+        let mut out = Vec::new();
+        for member in collection.members {
+            let db: Map<String, Value> = self.get_json(&member.odata_id).await?;
+            let id = ["DatabaseId", "Id", "Name"]
+                .iter()
+                .find_map(|k| db.get(*k).and_then(Value::as_str))
+                .unwrap_or_default()
+                .to_owned();
+            if !DATABASES.contains(&id.as_str()) {
+                continue;
             }
-            Ok(out)
-        })
-        .await
+            let certificates_uri = link_field(&db, "Certificates");
+            let certificates = match &certificates_uri {
+                Some(uri) => self.members::<KeyCertificate>(uri).await?,
+                None => Vec::new(),
+            };
+            let signatures = match link_field(&db, "Signatures") {
+                Some(uri) => self.members::<KeySignature>(&uri).await?,
+                None => Vec::new(),
+            };
+            out.push(KeyDatabase {
+                database_id: id,
+                odata_id: member.odata_id,
+                certificates_uri,
+                certificates,
+                signatures,
+            });
+        }
+        Ok(out)
     }
 
     /// Sends `#SecureBoot.ResetKeys` with `kind`, checked against advertised values.
@@ -185,8 +186,8 @@ impl BmcClient {
     /// Returns the new entry's URI when the BMC sends `Location`. Not retried in-process:
     /// a repeated POST would enrol the certificate twice.
     pub async fn enroll_certificate(&self, database_id: &str, pem: &str) -> Result<Option<String>> {
-        let databases = self.read_key_databases().await?;
         self.within("enroll_certificate", async {
+            let databases = self.key_databases().await?;
             let db = databases
                 .iter()
                 .find(|d| d.database_id == database_id)

@@ -236,6 +236,34 @@ impl ServerCertVerifier for PinVerifier {
     }
 }
 
+/// Whether a reqwest error chain holds a rustls certificate rejection. rustls errors travel
+/// inside `io::Error`, whose `source()` skips the wrapped error, so look inside those too.
+pub(crate) fn is_certificate_error(err: &reqwest::Error) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        let mut inner = e;
+        // io::Error may wrap io::Error (hyper-util does) before the rustls error.
+        loop {
+            if is_cert(inner) {
+                return true;
+            }
+            match inner.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+                Some(wrapped) => inner = wrapped,
+                None => break,
+            }
+        }
+        current = e.source();
+    }
+    false
+}
+
+fn is_cert(e: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(
+        e.downcast_ref::<rustls::Error>(),
+        Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+    )
+}
+
 /// One DER element: its tag, its content, the whole encoding, and what follows it.
 struct Tlv<'a> {
     tag: u8,
