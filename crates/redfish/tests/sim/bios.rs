@@ -127,3 +127,21 @@ async fn a_bmc_reset_forgets_task_monitors() {
     assert!(reset.status().is_success(), "{}", reset.status());
     assert_eq!(c.poll_task(&task).await.expect("poll"), TaskPoll::Gone);
 }
+
+#[tokio::test]
+async fn an_attribute_whose_prerequisite_was_only_staged_reports_settings_failed() {
+    let sim = fleet(1, "generic").await;
+    let c = client(&sim, 0);
+    let mut wanted = Map::new();
+    wanted.insert("IommuSupport".into(), json!("Enabled"));
+    wanted.insert("SriovGlobalEnable".into(), json!("Enabled"));
+    c.stage_bios_attributes(wanted).await.expect("stage");
+    c.force_restart().await.expect("reset applies the staged values");
+    eventually("apply reported", Duration::from_secs(10), || async {
+        let bios = c.read_bios().await.expect("bios");
+        bios.attributes.get("IommuSupport") == Some(&json!("Enabled"))
+    })
+    .await;
+    let bios = c.read_bios().await.expect("bios");
+    assert_eq!(bios.failed_attributes(), vec!["SriovGlobalEnable".to_owned()]);
+}

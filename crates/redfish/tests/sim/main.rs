@@ -5,6 +5,7 @@
 mod bios;
 mod boot;
 mod common;
+mod fallbacks;
 mod faults;
 mod media;
 mod power;

@@ -146,3 +146,32 @@ async fn one_call_in_flight_per_bmc_across_clients() {
     }
     assert!(sim.audit(0).max_concurrent > 1);
 }
+
+#[tokio::test]
+async fn reset_types_not_advertised_are_refused_before_sending() {
+    let sim = fleet(5, "mix").await;
+    let every = [
+        ResetType::Nmi,
+        ResetType::Suspend,
+        ResetType::Pause,
+        ResetType::Resume,
+        ResetType::FullPowerCycle,
+    ];
+    for i in 0..sim.len() {
+        let c = client(&sim, i);
+        let allowed = c.allowed_reset_types().await.expect("types").expect("advertised");
+        let missing = every
+            .iter()
+            .find(|t| !allowed.contains(t))
+            .expect("some type is not advertised")
+            .clone();
+        let before = sim.audit(i).mutations;
+        let err = c.reset(missing.clone()).await.expect_err("not advertised");
+        assert_eq!(
+            err.class(),
+            racklift_redfish::ErrorClass::Unsupported,
+            "{missing}: {err:?}"
+        );
+        assert_eq!(sim.audit(i).mutations, before, "nothing sent for {missing}");
+    }
+}
