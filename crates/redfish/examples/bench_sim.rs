@@ -34,6 +34,22 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// CPU time this process has used (user + system), from `/proc/self/stat` in USER_HZ ticks
+/// (100 per second on Linux). The machine is shared with other builds, so throughput is also
+/// reported per CPU-second, which does not depend on how much of the machine the run got.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| rest.split(' ').collect())
+        .unwrap_or_default();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
 fn served(sim: &SimHandle) -> u64 {
     (0..sim.len()).map(|i| sim.audit(i).requests).sum()
 }
@@ -41,6 +57,7 @@ fn served(sim: &SimHandle) -> u64 {
 struct Phase {
     requests: u64,
     elapsed: Duration,
+    cpu: Duration,
     latencies: Vec<Duration>,
     errors: u64,
 }
@@ -49,10 +66,12 @@ impl Phase {
     fn report(&mut self, name: &str) {
         self.latencies.sort();
         println!(
-            "{name:<8} served {:>7} requests in {:.2} s = {:>8.0} req/s | p50 {:.3} ms p99 {:.3} ms | errors {}",
+            "{name:<8} served {:>7} requests in {:.2} s = {:>8.0} req/s ({:.2} CPU-s used: {:>6.0} req per CPU-s) | p50 {:.3} ms p99 {:.3} ms | errors {}",
             self.requests,
             self.elapsed.as_secs_f64(),
             self.requests as f64 / self.elapsed.as_secs_f64(),
+            self.cpu.as_secs_f64(),
+            self.requests as f64 / self.cpu.as_secs_f64().max(0.01),
             ms(percentile(&self.latencies, 0.5)),
             ms(percentile(&self.latencies, 0.99)),
             self.errors,
@@ -70,6 +89,7 @@ where
     let stop = Arc::new(AtomicBool::new(false));
     let n = sim.len();
     let before = served(sim);
+    let cpu_before = cpu_time();
     let started = Instant::now();
     let mut handles = Vec::new();
     for k in 0..tasks {
@@ -93,6 +113,7 @@ where
     let mut phase = Phase {
         requests: 0,
         elapsed: Duration::ZERO,
+        cpu: Duration::ZERO,
         latencies: Vec::new(),
         errors: 0,
     };
@@ -102,6 +123,7 @@ where
         phase.errors += errors;
     }
     phase.elapsed = started.elapsed();
+    phase.cpu = cpu_time().saturating_sub(cpu_before);
     phase.requests = served(sim) - before;
     phase
 }
@@ -215,7 +237,7 @@ async fn main() {
         .max()
         .unwrap_or(0);
     println!(
-        "max concurrent requests on one BMC during the client phase and warm-up: see audit = {max_concurrent} (raw phase has no limiter)"
+        "highest concurrency the simulator saw on one BMC over the whole run: {max_concurrent} (the raw phase has no limiter)"
     );
 }
 
