@@ -10,6 +10,7 @@ mod worker_cmd;
 use clap::{Parser, Subcommand};
 
 mod deploy_cmd;
+mod bmc_sim_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +42,8 @@ enum Command {
     /// Inspect the deployment state machine.
     #[command(subcommand)]
     Deploy(deploy_cmd::DeployCommand),
+    /// Serve a rack of simulated Redfish BMCs (and IncusOS servers) for tests and development.
+    BmcSim(bmc_sim_cmd::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         Command::Db(args) => db::db_command(args),
         Command::Bench(args) => runtime()?.block_on(bench_cmd::run(args)),
         Command::Deploy(cmd) => deploy_cmd::run(cmd),
+        Command::BmcSim(args) => bmc_sim_cmd::run(args),
     }
 }
 

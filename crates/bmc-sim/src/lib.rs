@@ -1,0 +1,260 @@
+//! `racklift-bmc-sim`: a rack of simulated Redfish BMCs and IncusOS servers in one process.
+//!
+//! One listener serves every BMC under its own path prefix (`/bmc/<name>/redfish/v1/...`), each
+//! with a vendor [`Personality`] reproducing the quirks in `reference/redfish.md`, a simulated
+//! machine (power, POST with `BootProgress`, BIOS, secure boot, virtual media, an installer
+//! reading the media over HTTP `Range` and a registration callback), fault injection and audits
+//! (highest request concurrency, stale fenced mutations). Test and development use only: no
+//! production code path depends on this crate.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), racklift_bmc_sim::SimError> {
+//! use racklift_bmc_sim::{PersonalityChoice, Sim, SimConfig};
+//! let sim = Sim::start(SimConfig::new(10, PersonalityChoice::Mix).with_time_scale(0.001)).await?;
+//! let base = sim.bmc_url(0); // http://127.0.0.1:PORT/bmc/sim-0000 ; Redfish root at base + "/redfish/v1"
+//! let truth = sim.truth(0); // power, installed, registered, media bytes read, ...
+//! sim.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod audit;
+mod bmc;
+mod clock;
+mod config;
+mod control;
+mod driver;
+mod faults;
+mod incus;
+mod install;
+mod machine;
+mod profile;
+mod reply;
+mod routes;
+mod secure_boot;
+mod server;
+mod tls;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use audit::{AuditReport, FENCE_HEADER, StaleMutation};
+pub use config::{Personality, PersonalityChoice, SimConfig, Timings, UnknownPersonality};
+pub use faults::Faults;
+pub use machine::InstallConfig;
+pub use routes::metadata_document;
+
+use bmc::{Bmc, Shared};
+use clock::Clock;
+use profile::Profile;
+use routes::RouteTable;
+use server::Fleet;
+
+/// Why the simulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("binding {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("generating the self-signed certificate")]
+    Certificate(#[source] rcgen::Error),
+    #[error("configuring TLS")]
+    Tls(#[source] rustls::Error),
+    #[error("building the HTTP client the machines read media with")]
+    HttpClient(#[source] reqwest::Error),
+}
+
+/// Entry point.
+pub struct Sim;
+
+impl Sim {
+    /// Bind, build the fleet and start serving. Must be called inside a Tokio runtime.
+    pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| SimError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let tls = if config.tls {
+            Some(tls::self_signed()?)
+        } else {
+            None
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let base_url = format!("{scheme}://{addr}");
+        let cancel = CancellationToken::new();
+        let http = reqwest::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .build()
+            .map_err(SimError::HttpClient)?;
+        let shared = Arc::new(Shared {
+            clock: Clock::new(config.time_scale, cancel.clone()),
+            timings: config.timings.clone(),
+            http,
+            basic_auth: format!(
+                "Basic {}",
+                tls::base64(format!("{}:{}", config.username, config.password).as_bytes())
+            ),
+            username: config.username.clone(),
+            password: config.password.clone(),
+            base_url: base_url.clone(),
+            registration_url: config.registration_url.clone(),
+        });
+        let mut tables: HashMap<Personality, (Arc<Profile>, Arc<RouteTable>)> = HashMap::new();
+        let mut bmcs = Vec::with_capacity(config.servers);
+        let mut by_name = HashMap::with_capacity(config.servers);
+        for i in 0..config.servers {
+            let personality = config.personality.for_index(i);
+            let (profile, routes) = tables
+                .entry(personality)
+                .or_insert_with(|| {
+                    let profile = Profile::new(personality);
+                    let routes = RouteTable::new(&profile);
+                    (Arc::new(profile), Arc::new(routes))
+                })
+                .clone();
+            let name = format!("{}-{i:04}", config.name_prefix);
+            by_name.insert(name.clone(), i);
+            bmcs.push(Arc::new(Bmc::new(i, name, profile, routes, shared.clone())));
+        }
+        let fleet = Arc::new(Fleet {
+            bmcs,
+            by_name,
+            shared,
+        });
+        let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
+        let task = tokio::spawn(server::serve(listener, acceptor, fleet.clone(), cancel.clone()));
+        Ok(SimHandle {
+            fleet,
+            addr,
+            base_url,
+            cert_pem: tls.as_ref().map(|t| t.cert_pem.clone()),
+            cert_der: tls.map(|t| t.cert_der),
+            username: config.username,
+            password: config.password,
+            cancel,
+            task: Some(task),
+        })
+    }
+}
+
+/// A running simulator. Dropping it stops the listener and every machine.
+pub struct SimHandle {
+    fleet: Arc<Fleet>,
+    addr: SocketAddr,
+    base_url: String,
+    cert_pem: Option<String>,
+    cert_der: Option<Vec<u8>>,
+    username: String,
+    password: String,
+    cancel: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl SimHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http(s)://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// Number of servers.
+    pub fn len(&self) -> usize {
+        self.fleet.bmcs.len()
+    }
+
+    /// True when the fleet has no servers.
+    pub fn is_empty(&self) -> bool {
+        self.fleet.bmcs.is_empty()
+    }
+
+    /// Name of server `i` (`sim-0000`, ...). Panics when `i` is out of range.
+    pub fn name(&self, i: usize) -> &str {
+        &self.fleet.bmcs[i].name
+    }
+
+    /// Personality of server `i`.
+    pub fn personality(&self, i: usize) -> Personality {
+        self.fleet.bmcs[i].profile.personality
+    }
+
+    /// Base URL of BMC `i`: `<base_url>/bmc/<name>`; its Redfish root is `+ "/redfish/v1"`.
+    pub fn bmc_url(&self, i: usize) -> String {
+        format!("{}/bmc/{}", self.base_url, self.fleet.bmcs[i].name)
+    }
+
+    /// Base URL of server `i`'s Incus API: `<base_url>/incus/<name>`.
+    pub fn incus_url(&self, i: usize) -> String {
+        format!("{}/incus/{}", self.base_url, self.fleet.bmcs[i].name)
+    }
+
+    /// `<base_url>/control`.
+    pub fn control_url(&self) -> String {
+        format!("{}/control", self.base_url)
+    }
+
+    /// Basic-auth credentials every BMC accepts.
+    pub fn credentials(&self) -> (&str, &str) {
+        (&self.username, &self.password)
+    }
+
+    /// The self-signed certificate (PEM) when serving TLS.
+    pub fn cert_pem(&self) -> Option<&str> {
+        self.cert_pem.as_deref()
+    }
+
+    /// The self-signed certificate (DER) when serving TLS, for pinning tests.
+    pub fn cert_der(&self) -> Option<&[u8]> {
+        self.cert_der.as_deref()
+    }
+
+    /// The machine truth of server `i` (same JSON as `GET /control/servers/<name>/truth`).
+    pub fn truth(&self, i: usize) -> serde_json::Value {
+        self.fleet.bmcs[i].machine().truth(Instant::now())
+    }
+
+    /// The audit of BMC `i`.
+    pub fn audit(&self, i: usize) -> AuditReport {
+        self.fleet.bmcs[i].audit.report()
+    }
+
+    /// Replace the faults of server `i`.
+    pub fn set_faults(&self, i: usize, faults: Faults) {
+        *self.fleet.bmcs[i].faults() = faults;
+    }
+
+    /// Set the registration URL, token and seed flag of server `i`.
+    pub fn set_install(&self, i: usize, install: InstallConfig) {
+        self.fleet.bmcs[i].machine().install = install;
+    }
+
+    /// Stop serving and stop every machine.
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}

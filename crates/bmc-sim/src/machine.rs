@@ -1,0 +1,373 @@
+//! The simulated machine behind one BMC: power, POST, boot override, BIOS, secure boot, media
+//! slots and the installed OS. Plain data plus synchronous state changes; the timed parts
+//! (boot sequence, installer) live in `driver` and take the lock only between sleeps.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::profile::Profile;
+use crate::secure_boot::SecureBoot;
+
+/// Redfish `PowerState`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Power {
+    Off,
+    PoweringOn,
+    On,
+    PoweringOff,
+}
+
+impl Power {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Power::Off => "Off",
+            Power::PoweringOn => "PoweringOn",
+            Power::On => "On",
+            Power::PoweringOff => "PoweringOff",
+        }
+    }
+}
+
+/// The POST `BootProgress.LastState` values a boot walks through, in order.
+pub const POST_STATES: [&str; 6] = [
+    "PrimaryProcessorInitializationStarted",
+    "BusInitializationStarted",
+    "MemoryInitializationStarted",
+    "SecondaryProcessorInitializationStarted",
+    "PCIResourceConfigStarted",
+    "SystemHardwareInitializationComplete",
+];
+
+/// The boot source override.
+#[derive(Clone, Debug, Serialize)]
+pub struct BootOverride {
+    pub enabled: String,
+    pub target: String,
+    pub mode: String,
+}
+
+/// One virtual-media slot's state.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MediaSlot {
+    pub image: Option<String>,
+    pub inserted: bool,
+    pub write_protected: bool,
+    pub transfer_method: Option<String>,
+    pub protocol: Option<String>,
+    pub user_name: Option<String>,
+    /// Bytes copied at insert (`TransferMethod: Upload`).
+    pub cached_bytes: u64,
+    /// After an eject on a stale-reporting BMC: what it keeps showing, and until when.
+    #[serde(skip)]
+    pub stale: Option<(String, Instant)>,
+}
+
+impl MediaSlot {
+    /// What the BMC reports as `(Image, Inserted)`, including the stale window after an eject.
+    pub fn reported(&self, now: Instant) -> (Option<&str>, bool) {
+        if let Some((image, until)) = &self.stale
+            && now < *until
+        {
+            return (Some(image.as_str()), true);
+        }
+        (self.image.as_deref(), self.inserted)
+    }
+
+    /// Media the host can actually read.
+    pub fn has_media(&self) -> bool {
+        self.inserted && self.image.is_some()
+    }
+}
+
+/// Where the installer / OS is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "phase", content = "detail")]
+pub enum OsPhase {
+    /// Powered off, or in POST.
+    Down,
+    /// No bootable device: sits at the end of POST.
+    NoBootDevice,
+    /// Install stage 1 running from the media.
+    Installing,
+    /// Stage 1 done, seed without `force_reboot`: waiting for the media to disappear.
+    WaitingForEject,
+    /// Stage 1 done and the `halt_after_install` fault is set.
+    Halted,
+    /// The installer booted a second time and found nothing to install.
+    InstallerNoTarget,
+    /// The installer failed (media unreadable or removed mid-install).
+    InstallFailed(String),
+    /// The installed OS is booting.
+    OsBooting,
+    /// The installed OS is running (Incus API up).
+    OsRunning,
+}
+
+/// Registration and seed settings, set through the control endpoint or derived from the image
+/// URL query (`token`, `registration_url`, `force_reboot`).
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct InstallConfig {
+    pub registration_url: Option<String>,
+    pub token: Option<String>,
+    /// `None`: derive from the image URL (`force_reboot=false` in its query disables it).
+    pub force_reboot: Option<bool>,
+}
+
+/// The IncusOS side of an installed server.
+#[derive(Clone, Debug, Serialize)]
+pub struct OsState {
+    pub installed: bool,
+    pub registered: bool,
+    pub running_version: String,
+    pub staged_version: Option<String>,
+    /// A published update not yet staged.
+    pub available_version: Option<String>,
+    /// `Online`, `Evacuating`, `Evacuated`, `Restoring`.
+    pub member_status: String,
+    /// Incus operations: id → when it completes.
+    #[serde(skip)]
+    pub operations: BTreeMap<String, Instant>,
+}
+
+/// Counters exposed in the truth view.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counters {
+    pub boot_count: u64,
+    pub power_on_requests: u64,
+    pub power_off_requests: u64,
+    pub media_inserts: u64,
+    pub media_ejects: u64,
+    pub media_bytes_read: u64,
+    pub media_range_requests: u64,
+    pub installer_runs: u64,
+    pub registration_attempts: u64,
+    pub bios_applies: u64,
+}
+
+/// BIOS attributes: current, pending (SettingsObject) and the last apply's messages.
+#[derive(Clone, Debug)]
+pub struct Bios {
+    pub current: BTreeMap<String, Value>,
+    pub pending: BTreeMap<String, Value>,
+    pub messages: Vec<Value>,
+    pub settings_time: Option<DateTime<Utc>>,
+    /// Task waiting for the pending values to be applied.
+    pub apply_task: Option<u64>,
+}
+
+/// `(attribute, prerequisite attribute, prerequisite value)`: the attribute is only accepted
+/// and published once the prerequisite is in effect (a "deferred" attribute).
+pub const DEFERRED: &[(&str, &str, &str)] = &[("SriovGlobalEnable", "IommuSupport", "Enabled")];
+
+impl Bios {
+    fn new() -> Bios {
+        let current = [
+            ("BootMode", "Uefi"),
+            ("ProcTurboMode", "Enabled"),
+            ("ProcVirtualization", "Enabled"),
+            ("IommuSupport", "Disabled"),
+            ("SriovGlobalEnable", "Disabled"),
+            ("SecureBoot", "Disabled"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), json!(v)))
+        .collect();
+        Bios {
+            current,
+            pending: BTreeMap::new(),
+            messages: Vec::new(),
+            settings_time: None,
+            apply_task: None,
+        }
+    }
+
+    /// Whether `name` is published (deferred attributes hide until their prerequisite holds).
+    pub fn visible(&self, name: &str) -> bool {
+        DEFERRED
+            .iter()
+            .find(|(attr, _, _)| *attr == name)
+            .is_none_or(|(_, pre, val)| self.current.get(*pre).and_then(Value::as_str) == Some(*val))
+    }
+
+    /// Apply the pending values at a reset. A deferred attribute whose prerequisite is not in
+    /// effect *before* this reset is rejected with `SettingsFailed`.
+    fn apply(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let mut messages = Vec::new();
+        let mut accepted = Vec::new();
+        for (name, value) in pending {
+            if self.visible(&name) {
+                accepted.push((name, value));
+            } else {
+                messages.push(json!({
+                    "MessageId": "Base.1.8.SettingsFailed",
+                    "Message": format!("The attribute {name} could not be applied: its prerequisite is not in effect."),
+                    "Severity": "Warning",
+                    "RelatedProperties": [format!("/Attributes/{name}")],
+                }));
+            }
+        }
+        self.current.extend(accepted);
+        self.messages = messages;
+    }
+}
+
+/// Everything about one machine. Held in a `std::sync::Mutex`, never across an await.
+#[derive(Debug)]
+pub struct Machine {
+    pub power: Power,
+    /// Incremented by every power change / reset; timed tasks of an older boot stop.
+    pub boot_gen: u64,
+    pub last_reset_time: Option<DateTime<Utc>>,
+    pub boot_state: &'static str,
+    pub boot_state_time: Option<DateTime<Utc>>,
+    pub last_boot_seconds: Option<f64>,
+    pub boot_started: Option<DateTime<Utc>>,
+    pub powered_off_at: Option<Instant>,
+    pub boot_override: BootOverride,
+    pub bios: Bios,
+    pub secure_boot: SecureBoot,
+    pub media: Vec<MediaSlot>,
+    pub phase: OsPhase,
+    pub os: OsState,
+    pub install: InstallConfig,
+    pub counters: Counters,
+}
+
+/// What the end of POST boots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootDevice {
+    Media(usize),
+    Disk,
+    Nothing,
+}
+
+impl Machine {
+    pub fn new(profile: &Profile) -> Machine {
+        Machine {
+            power: Power::Off,
+            boot_gen: 0,
+            last_reset_time: None,
+            boot_state: "None",
+            boot_state_time: None,
+            last_boot_seconds: None,
+            boot_started: None,
+            powered_off_at: None,
+            boot_override: BootOverride {
+                enabled: "Disabled".to_owned(),
+                target: "None".to_owned(),
+                mode: "UEFI".to_owned(),
+            },
+            bios: Bios::new(),
+            secure_boot: SecureBoot::new(profile.secure_boot_initial_mode),
+            media: vec![MediaSlot::default(); profile.slots.len()],
+            phase: OsPhase::Down,
+            os: OsState {
+                installed: false,
+                registered: false,
+                running_version: "202611010000".to_owned(),
+                staged_version: None,
+                available_version: None,
+                member_status: "Online".to_owned(),
+                operations: BTreeMap::new(),
+            },
+            install: InstallConfig::default(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// In POST (between the reset and `OSBootStarted`)?
+    pub fn in_post(&self) -> bool {
+        self.power == Power::On && POST_STATES.contains(&self.boot_state)
+    }
+
+    /// Set a `BootProgress` state at `now`.
+    pub fn set_boot_state(&mut self, state: &'static str, now: DateTime<Utc>) {
+        self.boot_state = state;
+        self.boot_state_time = Some(now);
+    }
+
+    /// A reset is happening: record it and apply what firmware applies at reset.
+    /// Returns the BIOS apply task to complete, if any.
+    pub fn on_reset(&mut self, now: DateTime<Utc>, drop_bios_apply: bool) -> Option<u64> {
+        self.last_reset_time = Some(now);
+        self.boot_started = Some(now);
+        self.counters.boot_count += 1;
+        self.phase = OsPhase::Down;
+        if let Some(staged) = self.os.staged_version.take() {
+            self.os.running_version = staged;
+        }
+        self.set_boot_state(POST_STATES[0], now);
+        if drop_bios_apply {
+            self.bios.pending.clear();
+            return self.bios.apply_task.take();
+        }
+        if !self.bios.pending.is_empty() {
+            self.counters.bios_applies += 1;
+            self.bios.apply();
+        }
+        self.bios.apply_task.take()
+    }
+
+    /// End of POST: pick the boot device and spend a `Once` override. Media that is inserted
+    /// is in the boot order ahead of the disk, with or without an override, which is why only
+    /// ejecting keeps a server out of the installer.
+    pub fn select_boot_device(&mut self) -> BootDevice {
+        let media = self.media.iter().position(MediaSlot::has_media);
+        let target = self.boot_override.target.clone();
+        let active = self.boot_override.enabled != "Disabled";
+        if self.boot_override.enabled == "Once" {
+            self.boot_override.enabled = "Disabled".to_owned();
+            self.boot_override.target = "None".to_owned();
+        }
+        let disk = if self.os.installed {
+            BootDevice::Disk
+        } else {
+            BootDevice::Nothing
+        };
+        if active && target == "Hdd" {
+            return disk;
+        }
+        media.map_or(disk, BootDevice::Media)
+    }
+
+    /// The truth view for tests and the control endpoint.
+    pub fn truth(&self, now: Instant) -> Value {
+        let media: Vec<Value> = self
+            .media
+            .iter()
+            .map(|m| {
+                let (image, inserted) = m.reported(now);
+                json!({"image": m.image, "inserted": m.inserted, "reported_image": image,
+                       "reported_inserted": inserted, "transfer_method": m.transfer_method,
+                       "cached_bytes": m.cached_bytes})
+            })
+            .collect();
+        json!({
+            "power": self.power.as_str(),
+            "boot_progress": self.boot_state,
+            "last_reset_time": self.last_reset_time,
+            "boot_override": self.boot_override,
+            "installed": self.os.installed,
+            "registered": self.os.registered,
+            "os": self.os,
+            "phase": self.phase,
+            "media": media,
+            "media_bytes_read": self.counters.media_bytes_read,
+            "boot_count": self.counters.boot_count,
+            "counters": self.counters,
+            "bios_current": self.bios.current,
+            "bios_pending": self.bios.pending,
+            "secure_boot_mode": self.secure_boot.mode,
+            "install": self.install,
+        })
+    }
+}

@@ -1,0 +1,218 @@
+//! The listener: one socket for the whole fleet, plain or TLS, HTTP/1.1 and HTTP/2.
+//!
+//! A hand-rolled accept loop (rather than `axum::serve`) because the simulator needs TLS and
+//! must be able to drop a connection without answering (the `reset_connection` fault). Paths:
+//! `/bmc/<name>/redfish/v1/...` (one BMC each), `/redfish/v1/...` (alias of the first BMC, for
+//! tools that only take a host), `/incus/<name>/...` and `/control/...`.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use axum::response::Response;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::FENCE_HEADER;
+use crate::bmc::{Bmc, Shared};
+use crate::faults::RequestFault;
+use crate::routes::{self, Ctx};
+use crate::{control, incus, reply};
+
+/// Largest request body accepted.
+const BODY_LIMIT: usize = 4 << 20;
+
+/// Every BMC of the simulator, by index and by name.
+pub struct Fleet {
+    pub bmcs: Vec<Arc<Bmc>>,
+    pub by_name: HashMap<String, usize>,
+    pub shared: Arc<Shared>,
+}
+
+impl Fleet {
+    pub fn get(&self, name: &str) -> Option<&Arc<Bmc>> {
+        self.by_name.get(name).map(|i| &self.bmcs[*i])
+    }
+}
+
+/// Accept connections until `cancel` fires; dropping the loop drops every connection.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    fleet: Arc<Fleet>,
+    cancel: CancellationToken,
+) {
+    let mut conns = JoinSet::new();
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "bmc-sim accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            () = cancel.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        while conns.try_join_next().is_some() {}
+        let fleet = fleet.clone();
+        let tls = tls.clone();
+        let cancel = cancel.clone();
+        conns.spawn(async move {
+            let kill = Arc::new(Notify::new());
+            let svc = {
+                let kill = kill.clone();
+                hyper::service::service_fn(move |req| {
+                    let fleet = fleet.clone();
+                    let kill = kill.clone();
+                    async move { Ok::<_, Infallible>(handle(&fleet, &kill, req).await) }
+                })
+            };
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            match tls {
+                Some(acceptor) => {
+                    let Ok(stream) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    tokio::select! {
+                        _ = conn => {}
+                        () = kill.notified() => {}
+                        () = cancel.cancelled() => {}
+                    }
+                }
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    tokio::select! {
+                        _ = conn => {}
+                        () = kill.notified() => {}
+                        () = cancel.cancelled() => {}
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn handle(fleet: &Arc<Fleet>, kill: &Notify, req: Request<Incoming>) -> Response {
+    let path = req.uri().path().to_owned();
+    if let Some(rest) = path.strip_prefix("/bmc/") {
+        let (name, rel) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let Some(bmc) = fleet.get(name) else {
+            return reply::not_found();
+        };
+        let prefix = &path[..5 + name.len()];
+        return redfish(bmc, prefix, rel, kill, req).await;
+    }
+    if path.starts_with("/redfish") {
+        let Some(bmc) = fleet.bmcs.first() else {
+            return reply::not_found();
+        };
+        return redfish(bmc, "", &path, kill, req).await;
+    }
+    let method = req.method().clone();
+    let Ok(body) = axum::body::to_bytes(Body::new(req.into_body()), BODY_LIMIT).await else {
+        return reply::bad_json();
+    };
+    if let Some(rest) = path.strip_prefix("/control/") {
+        return control::handle(fleet, &method, rest, &body).await;
+    }
+    if let Some(rest) = path.strip_prefix("/incus/") {
+        let (name, rel) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let Some(bmc) = fleet.get(name) else {
+            return reply::not_found();
+        };
+        return incus::handle(bmc, &method, rel, &body).await;
+    }
+    reply::not_found()
+}
+
+fn authorized(bmc: &Bmc, req: &Request<Incoming>) -> bool {
+    let headers = req.headers();
+    if headers
+        .get("authorization")
+        .is_some_and(|v| v.as_bytes() == bmc.shared.basic_auth.as_bytes())
+    {
+        return true;
+    }
+    headers
+        .get("x-auth-token")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| bmc.sessions().by_token.contains_key(t))
+}
+
+/// One Redfish request: concurrency audit, faults, auth, fence audit, then routing.
+async fn redfish(bmc: &Arc<Bmc>, prefix: &str, rel: &str, kill: &Notify, req: Request<Incoming>) -> Response {
+    let _in_flight = bmc.audit.enter();
+    let method = req.method().clone();
+    let is_mutation = matches!(
+        method,
+        Method::POST | Method::PATCH | Method::PUT | Method::DELETE
+    );
+    let (slow, fault) = bmc.faults().take_request_fault(is_mutation);
+    if let Some(delay) = slow {
+        tokio::time::sleep(delay).await;
+    }
+    match fault {
+        Some(RequestFault::Hang) => return std::future::pending().await,
+        Some(RequestFault::Reset) => {
+            kill.notify_one();
+            return std::future::pending().await;
+        }
+        Some(RequestFault::Busy) => return reply::busy_rac0218(),
+        Some(RequestFault::Status(code)) => {
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return reply::error(status, "GeneralError", "Injected failure.", &[]);
+        }
+        None => {}
+    }
+    let trimmed = rel.trim_end_matches('/');
+    if trimmed == "/redfish" {
+        return reply::ok(&json!({"v1": format!("{prefix}/redfish/v1/")}));
+    }
+    let public = matches!(
+        trimmed,
+        "/redfish/v1" | "/redfish/v1/$metadata" | "/redfish/v1/odata"
+    ) || (method == Method::POST && trimmed == routes::SESSIONS);
+    if !public && !authorized(bmc, &req) {
+        return reply::unauthorized();
+    }
+    if is_mutation
+        && bmc.faults().reject_if_match
+        && req
+            .headers()
+            .get("if-match")
+            .is_some_and(|v| v.as_bytes() != b"*")
+    {
+        return reply::error(
+            StatusCode::PRECONDITION_FAILED,
+            "PreconditionFailed",
+            "The ETag does not match.",
+            &[],
+        );
+    }
+    if is_mutation {
+        let fence = req.headers().get(FENCE_HEADER).and_then(|v| v.to_str().ok());
+        bmc.audit.mutation(method.as_str(), req.uri().path(), fence);
+    }
+    let Ok(body) = axum::body::to_bytes(Body::new(req.into_body()), BODY_LIMIT).await else {
+        return reply::bad_json();
+    };
+    let ctx = Ctx {
+        bmc,
+        prefix,
+        method: &method,
+        body: &body,
+    };
+    routes::dispatch(ctx, rel).await
+}

@@ -1,0 +1,369 @@
+//! The machine lifecycle: power, POST, install from media over Range, reboot, registration.
+
+use std::time::Duration;
+
+use racklift_bmc_sim::InstallConfig;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::{self, Client, cd_slot, media_server, registration_server, wait_for};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Insert `image` into `slot` by whatever the slot offers: action, OEM action or PATCH.
+pub async fn insert(c: &Client, slot: &Value, image: &str) {
+    let body = json!({"Image": image, "Inserted": true, "WriteProtected": true});
+    let status = if let Some(t) = slot["Actions"]["#VirtualMedia.InsertMedia"]["target"].as_str() {
+        c.post(t, body).await.0
+    } else {
+        c.patch(slot["@odata.id"].as_str().unwrap(), body).await.0
+    };
+    assert!(status.is_success(), "insert: {status}");
+}
+
+pub async fn eject(c: &Client, slot: &Value) {
+    let status = match slot["Actions"]["#VirtualMedia.EjectMedia"]["target"].as_str() {
+        Some(t) => c.post(t, json!({})).await.0,
+        None => {
+            c.patch(
+                slot["@odata.id"].as_str().unwrap(),
+                json!({"Image": null, "Inserted": false}),
+            )
+            .await
+            .0
+        }
+    };
+    assert!(status.is_success(), "eject: {status}");
+}
+
+#[tokio::test]
+async fn power_on_walks_boot_progress_in_order_to_os_boot_started() {
+    let sim = common::start(1, "generic").await;
+    let c = Client::new(&sim);
+    let base = sim.bmc_url(0);
+    let sys = c.system(&base).await;
+    assert_eq!(sys["PowerState"], "Off");
+    assert_eq!(c.reset(&sys, "On").await, StatusCode::NO_CONTENT);
+    let sys_link = sys["@odata.id"].as_str().unwrap().to_owned();
+    let mut seen: Vec<String> = Vec::new();
+    let deadline = tokio::time::Instant::now() + LONG;
+    while seen.last().map(String::as_str) != Some("OSBootStarted") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no OSBootStarted: {seen:?}"
+        );
+        let s = c.get(&sys_link).await;
+        let state = s["BootProgress"]["LastState"].as_str().unwrap_or("").to_owned();
+        if seen.last() != Some(&state) {
+            seen.push(state);
+        }
+    }
+    let order = [
+        "None",
+        "PrimaryProcessorInitializationStarted",
+        "BusInitializationStarted",
+        "MemoryInitializationStarted",
+        "SecondaryProcessorInitializationStarted",
+        "PCIResourceConfigStarted",
+        "SystemHardwareInitializationComplete",
+        "OSBootStarted",
+    ];
+    let ranks: Vec<usize> = seen
+        .iter()
+        .map(|s| order.iter().position(|o| o == s).expect("known state"))
+        .collect();
+    assert!(
+        ranks.windows(2).all(|w| w[0] < w[1]),
+        "states out of order: {seen:?}"
+    );
+    let sys = c.get(&sys_link).await;
+    assert_eq!(sys["PowerState"], "On");
+    let first_reset = sys["LastResetTime"].as_str().expect("LastResetTime").to_owned();
+    // Nothing to boot: it stays at the end of POST, no OS.
+    assert_eq!(sim.truth(0)["phase"]["phase"], "no_boot_device");
+
+    // A restart moves LastResetTime forward.
+    assert_eq!(c.reset(&sys, "ForceRestart").await, StatusCode::NO_CONTENT);
+    wait_for("a later LastResetTime", LONG, || async {
+        let s = c.get(&sys_link).await;
+        (s["LastResetTime"].as_str().unwrap() > first_reset.as_str()).then_some(())
+    })
+    .await;
+    assert_eq!(c.reset(&sys, "ForceOff").await, StatusCode::NO_CONTENT);
+    wait_for("Off", LONG, || async {
+        (c.get(&sys_link).await["PowerState"] == "Off").then_some(())
+    })
+    .await;
+    assert!(sim.truth(0)["boot_count"].as_u64().unwrap() >= 2);
+}
+
+/// Full deployment on one personality: insert, Once override, power on, install reading the
+/// media over Range, reboot, eject, registration with the token.
+async fn deploy(personality: &str) {
+    let sim = common::start(1, personality).await;
+    let c = Client::new(&sim);
+    let base = sim.bmc_url(0);
+    let media = media_server(3 << 20).await;
+    let (reg_url, regs) = registration_server().await;
+    sim.set_install(
+        0,
+        InstallConfig {
+            registration_url: Some(reg_url),
+            token: Some("tok-1".into()),
+            force_reboot: None,
+        },
+    );
+
+    let slot = cd_slot(&c, &base).await;
+    insert(&c, &slot, &media.url("")).await;
+    let slot = c.get(slot["@odata.id"].as_str().unwrap()).await;
+    assert_eq!(slot["Inserted"], true);
+    assert_eq!(slot["Image"], media.url(""));
+    let sys = c.system(&base).await;
+    let (status, _, body) = c
+        .patch(
+            sys["@odata.id"].as_str().unwrap(),
+            json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(c.reset(&sys, "On").await, StatusCode::NO_CONTENT);
+
+    // Stage 1 ends with a reboot; the BMC then still has the media: eject it promptly.
+    wait_for("installed", LONG, || async {
+        (sim.truth(0)["installed"] == true).then_some(())
+    })
+    .await;
+    eject(&c, &c.get(slot["@odata.id"].as_str().unwrap()).await).await;
+    wait_for("registration", LONG, || async {
+        (!regs.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    let (token, body) = regs.lock().unwrap()[0].clone();
+    assert_eq!(token, "tok-1");
+    assert_eq!(body["name"], sim.name(0));
+    let truth = sim.truth(0);
+    assert_eq!(truth["registered"], true);
+    assert_eq!(truth["phase"]["phase"], "os_running");
+    assert!(truth["boot_count"].as_u64().unwrap() >= 2, "{truth}");
+    assert!(media.reads.lock().unwrap().iter().all(|(a, b)| a <= b));
+    assert!(
+        media.bytes_served() >= media.size,
+        "whole image read: {}",
+        media.bytes_served()
+    );
+    assert_eq!(truth["media_bytes_read"].as_u64().unwrap(), media.bytes_served());
+    assert_eq!(
+        truth["boot_override"]["enabled"], "Disabled",
+        "Once is spent on the install boot"
+    );
+}
+
+#[tokio::test]
+async fn generic_deploys_over_range_reads_and_registers() {
+    deploy("generic").await;
+}
+
+#[tokio::test]
+async fn dell_deploys_from_the_image_cached_at_insert() {
+    deploy("dell").await;
+}
+
+#[tokio::test]
+async fn hpe_deploys() {
+    deploy("hpe").await;
+}
+
+#[tokio::test]
+async fn lenovo_deploys_through_patch_only_slots() {
+    deploy("lenovo").await;
+}
+
+#[tokio::test]
+async fn supermicro_deploys() {
+    deploy("supermicro").await;
+}
+
+#[tokio::test]
+async fn dell_reads_the_whole_image_at_insert_and_nothing_during_install() {
+    let sim = common::start(1, "dell").await;
+    let c = Client::new(&sim);
+    let media = media_server(2 << 20).await;
+    let slot = cd_slot(&c, &sim.bmc_url(0)).await;
+    assert_eq!(slot["TransferMethod"], "Upload");
+    insert(&c, &slot, &media.url("")).await;
+    let after_insert = media.bytes_served();
+    assert!(after_insert >= media.size, "copied at insert: {after_insert}");
+    let sys = c.system(&sim.bmc_url(0)).await;
+    c.reset(&sys, "On").await;
+    wait_for("installed", LONG, || async {
+        (sim.truth(0)["installed"] == true).then_some(())
+    })
+    .await;
+    assert_eq!(media.bytes_served(), after_insert, "no reads during the install");
+}
+
+#[tokio::test]
+async fn lenovo_streams_until_the_end_of_stage_one_and_generic_goes_idle_early() {
+    for (personality, spread) in [("lenovo", true), ("generic", false)] {
+        let sim = common::start(1, personality).await;
+        let c = Client::new(&sim);
+        let media = media_server(8 << 20).await;
+        let slot = cd_slot(&c, &sim.bmc_url(0)).await;
+        insert(&c, &slot, &media.url("")).await;
+        let sys = c.system(&sim.bmc_url(0)).await;
+        c.reset(&sys, "On").await;
+        wait_for("installing", LONG, || async {
+            (sim.truth(0)["phase"]["phase"] == "installing").then_some(())
+        })
+        .await;
+        let start = tokio::time::Instant::now();
+        let mut last_read = start;
+        let mut seen = 0;
+        wait_for("installed", LONG, || {
+            let n = media.reads.lock().unwrap().len();
+            if n != seen {
+                seen = n;
+                last_read = tokio::time::Instant::now();
+            }
+            let done = sim.truth(0)["installed"] == true;
+            async move { done.then_some(()) }
+        })
+        .await;
+        let total = start.elapsed().as_secs_f64();
+        let last = (last_read - start).as_secs_f64();
+        if spread {
+            assert!(
+                last > total * 0.6,
+                "{personality}: last read at {last:.2}s of {total:.2}s"
+            );
+        } else {
+            assert!(
+                last < total * 0.6,
+                "{personality}: last read at {last:.2}s of {total:.2}s"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn seed_without_force_reboot_waits_for_the_ejection() {
+    let sim = common::start(1, "generic").await;
+    let c = Client::new(&sim);
+    let media = media_server(1 << 20).await;
+    let slot = cd_slot(&c, &sim.bmc_url(0)).await;
+    insert(&c, &slot, &media.url("force_reboot=false")).await;
+    let sys = c.system(&sim.bmc_url(0)).await;
+    c.reset(&sys, "On").await;
+    wait_for("waiting for eject", LONG, || async {
+        (sim.truth(0)["phase"]["phase"] == "waiting_for_eject").then_some(())
+    })
+    .await;
+    let boots = sim.truth(0)["boot_count"].as_u64().unwrap();
+    eject(&c, &slot).await;
+    wait_for("OS running", LONG, || async {
+        (sim.truth(0)["phase"]["phase"] == "os_running").then_some(())
+    })
+    .await;
+    assert_eq!(sim.truth(0)["boot_count"].as_u64().unwrap(), boots + 1);
+}
+
+#[tokio::test]
+async fn media_left_in_after_the_install_boots_the_installer_again() {
+    let sim = common::start(1, "generic").await;
+    let c = Client::new(&sim);
+    let media = media_server(1 << 20).await;
+    let slot = cd_slot(&c, &sim.bmc_url(0)).await;
+    insert(&c, &slot, &media.url("")).await;
+    let sys = c.system(&sim.bmc_url(0)).await;
+    c.reset(&sys, "On").await;
+    wait_for("installer finds no target", LONG, || async {
+        (sim.truth(0)["phase"]["phase"] == "installer_no_target").then_some(())
+    })
+    .await;
+    assert_eq!(sim.truth(0)["registered"], false);
+    assert_eq!(sim.truth(0)["counters"]["installer_runs"], 2);
+}
+
+#[tokio::test]
+async fn incus_api_answers_once_the_os_runs() {
+    let sim = common::start(1, "generic").await;
+    let c = Client::new(&sim);
+    let media = media_server(1 << 20).await;
+    let incus = sim.incus_url(0);
+    assert_eq!(
+        reqwest::get(format!("{incus}/1.0")).await.unwrap().status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let slot = cd_slot(&c, &sim.bmc_url(0)).await;
+    insert(&c, &slot, &media.url("force_reboot=false")).await;
+    let sys = c.system(&sim.bmc_url(0)).await;
+    c.reset(&sys, "On").await;
+    wait_for("waiting for eject", LONG, || async {
+        (sim.truth(0)["phase"]["phase"] == "waiting_for_eject").then_some(())
+    })
+    .await;
+    eject(&c, &slot).await;
+    wait_for("OS running", LONG, || async {
+        (sim.truth(0)["phase"]["phase"] == "os_running").then_some(())
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let member = format!("{incus}/1.0/cluster/members/{}", sim.name(0));
+    let r: Value = http
+        .post(format!("{member}/state"))
+        .json(&json!({"action": "evacuate"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let op = r["operation"].as_str().unwrap().to_owned();
+    let done: Value = http
+        .get(format!("{incus}{op}/wait"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["metadata"]["status"], "Success");
+    let m: Value = http.get(&member).send().await.unwrap().json().await.unwrap();
+    assert_eq!(m["metadata"]["status"], "Evacuated");
+
+    // Publish, stage and reboot into an update.
+    let ctl = format!("{}/servers/{}/os-update", sim.control_url(), sim.name(0));
+    assert!(
+        http.post(ctl)
+            .json(&json!({"version": "202612010000"}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .is_success()
+    );
+    http.post(format!("{incus}/os/1.0/system/update/:check"))
+        .send()
+        .await
+        .unwrap();
+    let u: Value = http
+        .get(format!("{incus}/os/1.0/system/update"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(u["metadata"]["state"]["needs_reboot"], true);
+    http.post(format!("{incus}/os/1.0/system/:reboot"))
+        .send()
+        .await
+        .unwrap();
+    wait_for("new version running", LONG, || async {
+        let r = http.get(format!("{incus}/os/1.0")).send().await.ok()?;
+        let v: Value = r.json().await.ok()?;
+        (v["metadata"]["environment"]["os_version"] == "202612010000").then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,592 @@
+//! The client core: configuration, the per-call deadline, the per-BMC limiter, the fencing
+//! header, polite in-process retries and tracing. Operations live in their own modules and
+//! go through [`BmcClient::request`].
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backon::{ExponentialBuilder, Retryable};
+use reqwest::{Method, StatusCode, Url};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{OnceCell, Semaphore};
+use tracing::Instrument;
+
+use crate::error::{Error, Result, parse_error_body};
+use crate::limiter::HostLimiter;
+use crate::secret::Credentials;
+use crate::tls::{TlsMode, client_config, is_certificate_error};
+
+/// Header carrying the caller's fencing token on every request.
+pub const FENCE_HEADER: &str = "X-Racklift-Fence";
+
+/// A fencing token from the job queue. Tokens only grow; a BMC mutation carries the token of
+/// the lease it is made under, so the simulator (and audits) can spot a stale worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fence(pub i64);
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Bounds for the polite retries of single idempotent calls. These are not durable retries:
+/// a few hundred milliseconds to smooth over a busy BMC, nothing more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0 disables them).
+    pub max_retries: usize,
+    /// First delay; doubles per retry, with jitter.
+    pub min_delay: Duration,
+    /// Cap on a single delay.
+    pub max_delay: Duration,
+}
+
+impl RetryPolicy {
+    /// Two retries, 200 ms then about 400 ms, with jitter.
+    pub const POLITE: Self = Self {
+        max_retries: 2,
+        min_delay: Duration::from_millis(200),
+        max_delay: Duration::from_secs(2),
+    };
+    /// No in-process retries.
+    pub const NONE: Self = Self {
+        max_retries: 0,
+        min_delay: Duration::ZERO,
+        max_delay: Duration::ZERO,
+    };
+}
+
+/// Everything needed to talk to one BMC.
+#[derive(Clone, Debug)]
+pub struct BmcConfig {
+    /// Name of the server, for the `server` tracing field and errors.
+    pub server: String,
+    /// `https://host[:port]` (a path prefix is kept, for simulators serving many BMCs).
+    pub base_url: String,
+    /// Basic-auth credentials.
+    pub credentials: Credentials,
+    /// Certificate verification.
+    pub tls: TlsMode,
+    /// Deadline of one operation, all requests and retries included (the reference's 2 min).
+    pub call_deadline: Duration,
+    /// TCP + TLS connect timeout.
+    pub connect_timeout: Duration,
+    /// In-process retries of idempotent requests.
+    pub retry: RetryPolicy,
+    /// The per-BMC limiter registry ([`HostLimiter::global`] unless a test wants its own).
+    pub limiter: HostLimiter,
+    /// The ComputerSystem to manage, when the BMC has several; else the first member.
+    pub system_path: Option<String>,
+}
+
+impl BmcConfig {
+    /// A configuration with the reference defaults: 2 min call deadline, 30 s connect,
+    /// polite retries, the global limiter, the first system.
+    pub fn new(
+        server: impl Into<String>,
+        base_url: impl Into<String>,
+        credentials: Credentials,
+        tls: TlsMode,
+    ) -> Self {
+        Self {
+            server: server.into(),
+            base_url: base_url.into(),
+            credentials,
+            tls,
+            call_deadline: Duration::from_secs(120),
+            connect_timeout: Duration::from_secs(30),
+            retry: RetryPolicy::POLITE,
+            limiter: HostLimiter::global().clone(),
+            system_path: None,
+        }
+    }
+}
+
+/// A Redfish client for one BMC. Cheap to clone; clones share the connection pool, the
+/// discovered URIs and the BMC's limiter.
+#[derive(Clone)]
+pub struct BmcClient {
+    inner: Arc<Inner>,
+    fence: Option<Fence>,
+    deadline: Duration,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    base: Url,
+    server: String,
+    credentials: Credentials,
+    permits: Arc<Semaphore>,
+    retry: RetryPolicy,
+    system: OnceCell<String>,
+    system_hint: Option<String>,
+    manager: OnceCell<Option<String>>,
+}
+
+impl fmt::Debug for BmcClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BmcClient")
+            .field("server", &self.inner.server)
+            .field("base", &self.inner.base.as_str())
+            .field("credentials", &self.inner.credentials)
+            .field("fence", &self.fence)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+/// How a request may be repeated in-process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Idempotency {
+    /// GETs and desired-state actions (ForceOff, eject, PATCHing the same value).
+    Idempotent,
+    /// Anything whose repetition could do something twice (ForceRestart, POST to a collection).
+    Once,
+}
+
+/// A BMC answer with a success status.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub status: StatusCode,
+    pub location: Option<String>,
+    pub retry_after: Option<Duration>,
+    pub etag: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// Parses the body, naming `path` on failure.
+    pub fn json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        serde_json::from_slice(&self.body).map_err(|source| Error::Decode {
+            path: path.to_owned(),
+            source,
+        })
+    }
+}
+
+/// A request to send.
+pub(crate) struct Req<'a> {
+    pub method: Method,
+    pub path: &'a str,
+    pub body: Option<&'a Value>,
+    pub if_match: Option<&'a str>,
+    pub idempotency: Idempotency,
+}
+
+impl BmcClient {
+    /// Builds a client. Fails only on an unusable configuration (bad URL, bad CA bundle).
+    pub fn new(config: BmcConfig) -> Result<Self> {
+        let mut base = Url::parse(&config.base_url).map_err(|e| Error::Config {
+            reason: format!("base URL {:?}: {e}", config.base_url),
+        })?;
+        if !matches!(base.scheme(), "https" | "http") || base.host().is_none() {
+            return Err(Error::Config {
+                reason: format!("base URL {:?}: need http(s)://host", config.base_url),
+            });
+        }
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+        let tls = client_config(&config.tls, &config.server)?;
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .connect_timeout(config.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| Error::Config {
+                reason: format!("HTTP client: {e}"),
+            })?;
+        let permits = config.limiter.for_host(base.as_str());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http,
+                base,
+                server: config.server,
+                credentials: config.credentials,
+                permits,
+                retry: config.retry,
+                system: OnceCell::new(),
+                system_hint: config.system_path,
+                manager: OnceCell::new(),
+            }),
+            fence: None,
+            deadline: config.call_deadline,
+        })
+    }
+
+    /// A handle that sends `fence` on every request. Mutations require one.
+    pub fn with_fence(&self, fence: Fence) -> Self {
+        Self {
+            fence: Some(fence),
+            ..self.clone()
+        }
+    }
+
+    /// A handle whose operations get `deadline` (InsertMedia on Upload BMCs: 20 min).
+    pub fn with_deadline(&self, deadline: Duration) -> Self {
+        Self {
+            deadline,
+            ..self.clone()
+        }
+    }
+
+    /// The server name this client was built for.
+    pub fn server(&self) -> &str {
+        &self.inner.server
+    }
+
+    /// The fencing token this handle carries.
+    pub fn fence(&self) -> Option<Fence> {
+        self.fence
+    }
+
+    /// The per-operation deadline of this handle.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// Runs one operation under this handle's deadline, in a span with `server` and `fence`.
+    pub(crate) async fn within<T>(
+        &self,
+        operation: &'static str,
+        fut: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let span = tracing::debug_span!("redfish", operation, server = %self.inner.server, fence = self.fence.map(|f| f.0));
+        match tokio::time::timeout(self.deadline, fut).instrument(span).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::debug!(
+                    server = %self.inner.server,
+                    fence = self.fence.map(|f| f.0),
+                    operation,
+                    deadline_ms = self.deadline.as_millis() as u64,
+                    "redfish call deadline exceeded"
+                );
+                Err(Error::Deadline {
+                    operation,
+                    deadline: self.deadline,
+                })
+            }
+        }
+    }
+
+    /// Sends a request, retrying idempotent ones politely.
+    pub(crate) async fn request(&self, req: Req<'_>) -> Result<Reply> {
+        if req.method != Method::GET && req.method != Method::HEAD && self.fence.is_none() {
+            return Err(Error::NoFence);
+        }
+        let retry = self.inner.retry;
+        if req.idempotency == Idempotency::Once || retry.max_retries == 0 {
+            return self.attempt(&req).await;
+        }
+        let policy = ExponentialBuilder::default()
+            .with_min_delay(retry.min_delay)
+            .with_max_delay(retry.max_delay)
+            .with_max_times(retry.max_retries)
+            .with_jitter();
+        (|| self.attempt(&req))
+            .retry(policy)
+            .sleep(tokio::time::sleep)
+            .when(|e: &Error| e.is_retryable())
+            .notify(|e: &Error, after: Duration| {
+                tracing::debug!(server = %self.inner.server, error = %e, retry_in_ms = after.as_millis() as u64, "redfish retry");
+            })
+            .await
+    }
+
+    /// GET and parse.
+    pub(crate) async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.get(path).await?.json(path)
+    }
+
+    /// GET, keeping headers (ETag).
+    pub(crate) async fn get(&self, path: &str) -> Result<Reply> {
+        self.request(Req {
+            method: Method::GET,
+            path,
+            body: None,
+            if_match: None,
+            idempotency: Idempotency::Idempotent,
+        })
+        .await
+    }
+
+    /// POST a JSON body.
+    pub(crate) async fn post(&self, path: &str, body: &Value, idempotency: Idempotency) -> Result<Reply> {
+        self.request(Req {
+            method: Method::POST,
+            path,
+            body: Some(body),
+            if_match: None,
+            idempotency,
+        })
+        .await
+    }
+
+    /// PATCH a JSON body, with `If-Match` when an ETag is known; on 412 once more without it
+    /// (some BMCs reject their own ETags).
+    pub(crate) async fn patch(&self, path: &str, body: &Value, etag: Option<&str>) -> Result<Reply> {
+        let req = |if_match| Req {
+            method: Method::PATCH,
+            path,
+            body: Some(body),
+            if_match,
+            idempotency: Idempotency::Idempotent,
+        };
+        match self.request(req(etag)).await {
+            Err(e) if etag.is_some() && e.status() == Some(412) => self.request(req(None)).await,
+            other => other,
+        }
+    }
+
+    /// DELETE a resource.
+    pub(crate) async fn delete(&self, path: &str) -> Result<Reply> {
+        self.request(Req {
+            method: Method::DELETE,
+            path,
+            body: None,
+            if_match: None,
+            idempotency: Idempotency::Idempotent,
+        })
+        .await
+    }
+
+    /// Resolves a link against the base URL and refuses links to another origin, so a
+    /// BMC cannot make the client send its credentials elsewhere.
+    fn resolve(&self, path: &str) -> Result<Url> {
+        let base = &self.inner.base;
+        let url = if path.starts_with('/') && base.path() != "/" && !path.starts_with(base.path()) {
+            // A simulator serving many BMCs under prefixes may hand out root-relative links.
+            base.join(path.trim_start_matches('/'))
+        } else {
+            base.join(path)
+        }
+        .map_err(|e| Error::Refused {
+            what: format!("link {path:?}: {e}"),
+        })?;
+        if url.origin() != base.origin() {
+            return Err(Error::Refused {
+                what: format!("link {path:?} leaves the BMC's origin"),
+            });
+        }
+        Ok(url)
+    }
+
+    /// One HTTP exchange under the BMC's permit.
+    async fn attempt(&self, req: &Req<'_>) -> Result<Reply> {
+        let url = self.resolve(req.path)?;
+        let _permit = self
+            .inner
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::Config {
+                reason: "per-BMC limiter closed".into(),
+            })?;
+        let started = Instant::now();
+        let creds = &self.inner.credentials;
+        let mut builder = self
+            .inner
+            .http
+            .request(req.method.clone(), url)
+            .basic_auth(&creds.username, Some(creds.password.expose()))
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some(fence) = self.fence {
+            builder = builder.header(FENCE_HEADER, fence.0);
+        }
+        if let Some(etag) = req.if_match {
+            builder = builder.header(reqwest::header::IF_MATCH, etag);
+        }
+        if let Some(body) = req.body {
+            builder = builder.json(body);
+        }
+        let method = req.method.as_str();
+        let outcome = async {
+            let resp = builder.send().await?;
+            let status = resp.status();
+            let header = |name| {
+                resp.headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            let location = header(reqwest::header::LOCATION);
+            let etag = header(reqwest::header::ETAG);
+            let retry_after = header(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let body = resp.bytes().await?.to_vec();
+            Ok::<_, reqwest::Error>(Reply {
+                status,
+                location,
+                retry_after,
+                etag,
+                body,
+            })
+        }
+        .await;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let fence = self.fence.map(|f| f.0);
+        let server = self.inner.server.as_str();
+        match outcome {
+            Ok(reply) => {
+                tracing::debug!(
+                    server,
+                    method,
+                    path = req.path,
+                    bmc_status = reply.status.as_u16(),
+                    duration_ms,
+                    fence,
+                    "redfish request"
+                );
+                if reply.status.is_success() {
+                    Ok(reply)
+                } else {
+                    let (message_id, extended) = parse_error_body(&reply.body);
+                    Err(Error::Status {
+                        method: method.to_owned(),
+                        path: req.path.to_owned(),
+                        status: reply.status.as_u16(),
+                        message_id,
+                        extended,
+                        retry_after: reply.retry_after,
+                    })
+                }
+            }
+            Err(source) => {
+                tracing::debug!(server, method, path = req.path, duration_ms, fence, error = %source, "redfish request failed");
+                let (method, path) = (method.to_owned(), req.path.to_owned());
+                if is_certificate_error(&source) {
+                    Err(Error::Tls { method, path, source })
+                } else {
+                    Err(Error::Transport { method, path, source })
+                }
+            }
+        }
+    }
+
+    /// The managed ComputerSystem's URI: the configured one, else the first member of
+    /// `Systems`. Discovered once per client.
+    pub(crate) async fn system_path(&self) -> Result<String> {
+        self.inner
+            .system
+            .get_or_try_init(|| async {
+                if let Some(hint) = &self.inner.system_hint {
+                    return Ok(hint.clone());
+                }
+                let root: crate::model::ServiceRoot = self.get_json("/redfish/v1/").await?;
+                let systems = root.systems.ok_or_else(|| Error::Unsupported {
+                    what: "Systems collection".into(),
+                })?;
+                first_member(self, &systems.odata_id, "ComputerSystem").await
+            })
+            .await
+            .cloned()
+    }
+
+    /// The manager of the system: `Links.ManagedBy[0]`, else the first of `Managers`.
+    /// `None` when the BMC lists no manager.
+    pub(crate) async fn manager_path(&self) -> Result<Option<String>> {
+        self.inner
+            .manager
+            .get_or_try_init(|| async {
+                let system_path = self.system_path().await?;
+                let system: Value = self.get_json(&system_path).await?;
+                if let Some(link) = system
+                    .pointer("/Links/ManagedBy/0/@odata.id")
+                    .and_then(Value::as_str)
+                {
+                    return Ok(Some(link.to_owned()));
+                }
+                let root: crate::model::ServiceRoot = self.get_json("/redfish/v1/").await?;
+                match root.managers {
+                    Some(managers) => first_member(self, &managers.odata_id, "Manager").await.map(Some),
+                    None => Ok(None),
+                }
+            })
+            .await
+            .cloned()
+    }
+}
+
+async fn first_member(client: &BmcClient, collection: &str, what: &str) -> Result<String> {
+    let members: crate::model::Collection = client.get_json(collection).await?;
+    members
+        .members
+        .into_iter()
+        .next()
+        .map(|l| l.odata_id)
+        .ok_or_else(|| Error::Unsupported {
+            what: format!("{what} (empty collection {collection})"),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secret::Credentials;
+
+    fn client(base: &str) -> BmcClient {
+        let config = BmcConfig::new(
+            "srv-1",
+            base,
+            Credentials::new("root", "calvin-secret"),
+            TlsMode::WebPkiRoots,
+        );
+        BmcClient::new(config).expect("client")
+    }
+
+    #[test]
+    fn debug_redacts_the_password() {
+        let c = client("https://10.0.0.1");
+        let debug = format!("{c:?}");
+        assert!(!debug.contains("calvin-secret"), "{debug}");
+        assert!(debug.contains("srv-1"));
+    }
+
+    #[test]
+    fn resolves_links_and_refuses_other_origins() {
+        let c = client("https://10.0.0.1:8443");
+        assert_eq!(
+            c.resolve("/redfish/v1/Systems/1").expect("ok").as_str(),
+            "https://10.0.0.1:8443/redfish/v1/Systems/1"
+        );
+        assert!(c.resolve("https://evil.example/redfish/v1").is_err());
+        let prefixed = client("http://127.0.0.1:9000/bmc/7");
+        assert_eq!(
+            prefixed.resolve("/redfish/v1/").expect("ok").as_str(),
+            "http://127.0.0.1:9000/bmc/7/redfish/v1/"
+        );
+        assert_eq!(
+            prefixed
+                .resolve("/bmc/7/redfish/v1/Systems/1")
+                .expect("ok")
+                .as_str(),
+            "http://127.0.0.1:9000/bmc/7/redfish/v1/Systems/1"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_base_urls() {
+        let bad = BmcConfig::new("s", "ftp://x", Credentials::new("u", "p"), TlsMode::WebPkiRoots);
+        assert!(matches!(BmcClient::new(bad), Err(Error::Config { .. })));
+    }
+
+    #[tokio::test]
+    async fn mutations_need_a_fence() {
+        let c = client("https://10.0.0.1");
+        let err = c
+            .post("/redfish/v1/x", &serde_json::json!({}), Idempotency::Once)
+            .await
+            .expect_err("no fence");
+        assert!(matches!(err, Error::NoFence));
+        assert_eq!(c.with_fence(Fence(7)).fence(), Some(Fence(7)));
+    }
+}

@@ -1,0 +1,13 @@
+//! The client against the racklift BMC simulator, for every personality and operation,
+//! including the vendor fallbacks, fault classes, the per-BMC limiter, the fencing header and
+//! TLS modes. One test binary, so the simulator and client link once.
+
+mod bios;
+mod boot;
+mod common;
+mod fallbacks;
+mod faults;
+mod media;
+mod power;
+mod secure_boot;
+mod tls;
