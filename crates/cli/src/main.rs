@@ -9,8 +9,8 @@ mod worker_cmd;
 
 use clap::{Parser, Subcommand};
 
-mod deploy_cmd;
 mod bmc_sim_cmd;
+mod deploy_cmd;
 
 #[derive(Parser)]
 #[command(
