@@ -180,7 +180,7 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
     ));
 
     println!();
-    println!("{:>12}  {}", "jobs/s", "what");
+    println!("{:>12}  what", "jobs/s");
     for (label, rate) in &rows {
         println!("{rate:>12.0}  {label}");
     }

@@ -270,6 +270,10 @@ fn find_binaries() -> Result<PathBuf, PgEmbedError> {
         versions.sort();
         dirs.extend(versions.into_iter().rev());
     }
+    find_binaries_in(&dirs)
+}
+
+fn find_binaries_in(dirs: &[PathBuf]) -> Result<PathBuf, PgEmbedError> {
     if let Some(dir) = dirs.iter().find(|d| BINARIES.iter().all(|b| d.join(b).is_file())) {
         return Ok(dir.clone());
     }
