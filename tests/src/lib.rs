@@ -1,9 +1,7 @@
 //! Shared helpers for end-to-end tests: the racklift binary as a child process, and condition waits.
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 /// The `racklift` binary of this build (`ops/test` builds it before the tests run). `RACKLIFT_BIN` overrides.
 pub fn racklift_bin() -> PathBuf {
@@ -61,18 +59,4 @@ impl Racklift {
     }
 }
 
-/// Polls `check` until it holds, failing the test after `limit`.
-pub async fn wait_for<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+pub use racklift_testdb::wait_for;

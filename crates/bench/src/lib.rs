@@ -47,17 +47,7 @@ impl BenchDb {
 
     /// Drops and recreates database `name`, migrates it, and returns (url, pool).
     pub async fn fresh(&self, name: &str, connections: u32) -> Result<(String, PgPool), BenchError> {
-        let mut admin = PgConnection::connect(&self.admin_url).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-        )))
-        .execute(&mut admin)
-        .await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await?;
-        admin.close().await?;
-        let url = replace_database(&self.admin_url, name);
+        let url = self.fresh_empty(name).await?;
         let pool = PgPoolOptions::new()
             .max_connections(connections)
             .acquire_timeout(Duration::from_secs(60))
@@ -79,6 +69,7 @@ impl BenchDb {
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&mut admin)
             .await?;
+        admin.close().await?;
         Ok(replace_database(&self.admin_url, name))
     }
 

@@ -11,7 +11,7 @@ use racklift_queue::{
     Backoff, Failure, HandlerResult, JobContext, NewJob, Outcome, Queue, QueueConfig, Registry, WorkerConfig,
     WorkerPool,
 };
-use racklift_testdb::TestDb;
+use racklift_testdb::{TestDb, wait_for};
 use tokio_util::sync::CancellationToken;
 
 fn short_lease(pool: &sqlx::PgPool) -> Queue {

@@ -3,7 +3,9 @@
 //! Nothing in racklift mocks the database: each test gets its own database, migrated with the shipped migrations,
 //! and dropped when the test ends. `ops/test` starts a throwaway server when `DATABASE_URL` is not set.
 
+use std::future::Future;
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
@@ -84,5 +86,21 @@ impl Drop for TestDb {
             })
         });
         let _ = dropper.join();
+    }
+}
+
+/// Polls `check` until it holds, failing the test after `limit`: tests wait on conditions, never fixed sleeps.
+pub async fn wait_for<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

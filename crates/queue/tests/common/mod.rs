@@ -2,9 +2,6 @@
 
 #![allow(dead_code)]
 
-use std::future::Future;
-use std::time::{Duration, Instant};
-
 use racklift_queue::{Enqueued, JobId, NewJob, Queue, QueueConfig};
 use sqlx::PgPool;
 
@@ -47,20 +44,4 @@ pub async fn make_due(pool: &PgPool, id: JobId) {
         .execute(pool)
         .await
         .unwrap();
-}
-
-/// Polls `check` until it holds, failing the test after `limit`.
-pub async fn wait_for<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
