@@ -1,59 +1,139 @@
-//! The per-job heartbeat: its own task, so a busy or blocked handler cannot starve it, and it keeps running while
-//! the pool drains, until the job's outcome is written.
+//! Per-job heartbeats. Each job that outlives a third of its lease gets its own heartbeat task, so a busy or
+//! blocked handler cannot starve it, and it keeps running while the pool drains, until the job's outcome is
+//! written.
+//!
+//! The task is started lazily: one watcher per leased batch sleeps until the first renewal is due and only then
+//! spawns heartbeats for the jobs of its batch still running. Most jobs end long before that, so they cost no
+//! task and no timer of their own; the watcher itself ends as soon as its whole batch is done.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::context::LeaseClock;
 use crate::error::QueueError;
 use crate::queue::{JobRef, Queue};
 
-/// Renews the lease every third of its time to live. When the fence is no longer current, or renewals keep
-/// failing until the holder's own deadline passes, it marks the lease lost and fires the job's cancellation.
-pub(crate) async fn run(
+/// One leased job's liveness, shared by the task running it and its heartbeat.
+pub(crate) struct Liveness {
+    pub(crate) job: JobRef,
+    pub(crate) lease: LeaseClock,
+    /// Fired when the lease is lost; the handler sees it as `JobContext::cancel`.
+    pub(crate) cancel: CancellationToken,
+    /// Set before `cancel` fires, so the runner knows not to write an outcome.
+    lost: AtomicBool,
+    /// Fired by the runner once the outcome is written; the heartbeat ends.
+    done: CancellationToken,
+}
+
+impl Liveness {
+    pub(crate) fn new(job: JobRef, lease: LeaseClock) -> Liveness {
+        Liveness {
+            job,
+            lease,
+            cancel: CancellationToken::new(),
+            lost: AtomicBool::new(false),
+            done: CancellationToken::new(),
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    fn mark_lost(&self) {
+        self.lost.store(true, Ordering::Release);
+        self.cancel.cancel();
+    }
+
+    /// The outcome is written (or discarded): no more renewals.
+    pub(crate) fn finish(&self) {
+        self.done.cancel();
+    }
+}
+
+/// Counts a batch's unfinished jobs so its watcher can stop early.
+pub(crate) struct Batch {
+    running: AtomicUsize,
+    all_done: Notify,
+}
+
+impl Batch {
+    pub(crate) fn new(jobs: usize) -> Arc<Batch> {
+        Arc::new(Batch {
+            running: AtomicUsize::new(jobs),
+            all_done: Notify::new(),
+        })
+    }
+
+    pub(crate) fn job_finished(&self) {
+        if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // `notify_one` stores a permit, so a watcher that has not started waiting yet still sees it.
+            self.all_done.notify_one();
+        }
+    }
+}
+
+/// Watches one leased batch: when the first renewal falls due, starts a heartbeat for every job still running.
+pub(crate) async fn watch_batch(
     queue: Queue,
-    job: JobRef,
-    lease: LeaseClock,
-    cancel: CancellationToken,
-    lost: Arc<AtomicBool>,
-    stop: CancellationToken,
+    jobs: Vec<Arc<Liveness>>,
+    batch: Arc<Batch>,
+    first_renewal: Instant,
+    tracker: TaskTracker,
 ) {
+    tokio::select! {
+        _ = batch.all_done.notified() => return,
+        _ = tokio::time::sleep_until(first_renewal.into()) => {}
+    }
+    for job in jobs {
+        if !job.done.is_cancelled() {
+            tracker.spawn(run(queue.clone(), job));
+        }
+    }
+}
+
+/// Renews the lease now and then every third of its time to live. When the fence is no longer current, or
+/// renewals keep failing until the holder's own deadline passes, it marks the lease lost and fires the job's
+/// cancellation.
+async fn run(queue: Queue, job: Arc<Liveness>) {
     let ttl = queue.config().lease_ttl;
     let interval = ttl / 3;
-    let mut next = Instant::now() + interval;
+    let mut next = Instant::now();
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = job.done.cancelled() => return,
             _ = tokio::time::sleep_until(next.into()) => {}
         }
         let sent = Instant::now();
-        match queue.heartbeat(job).await {
+        match queue.heartbeat(job.job).await {
             Ok(()) => {
-                lease.extend_to(sent + ttl);
+                job.lease.extend_to(sent + ttl);
                 next = sent + interval;
             }
+            // The outcome was written while this renewal was in flight; nothing was lost.
+            Err(_) if job.done.is_cancelled() => return,
             Err(QueueError::LeaseLost { .. }) => {
                 tracing::warn!(
-                    job_id = job.id,
-                    fence = job.fence,
+                    job_id = job.job.id,
+                    fence = job.job.fence,
                     "lease lost; cancelling the handler"
                 );
-                lost.store(true, Ordering::Release);
-                cancel.cancel();
+                job.mark_lost();
                 return;
             }
             Err(error) => {
-                if lease.remaining().is_zero() {
-                    tracing::warn!(job_id = job.id, fence = job.fence, error = %error,
+                if job.lease.remaining().is_zero() {
+                    tracing::warn!(job_id = job.job.id, fence = job.job.fence, error = %error,
                         "lease could not be renewed before it ran out; cancelling the handler");
-                    lost.store(true, Ordering::Release);
-                    cancel.cancel();
+                    job.mark_lost();
                     return;
                 }
-                tracing::debug!(job_id = job.id, fence = job.fence, error = %error, "heartbeat failed; retrying");
+                tracing::debug!(job_id = job.job.id, fence = job.job.fence, error = %error, "heartbeat failed; retrying");
                 next = Instant::now() + Duration::from_millis(500).min(interval);
             }
         }

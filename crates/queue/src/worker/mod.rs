@@ -1,4 +1,4 @@
-//! The worker pool: leases jobs in batches, runs each with its own heartbeat, writes the outcome fenced, rescues
+//! The worker pool: leases jobs in batches, runs each with its own heartbeat once it runs long enough to need one, writes the outcome fenced, rescues
 //! expired leases and purges old completed jobs. Stateless: any number of pools may run against one database.
 
 mod completer;
@@ -9,7 +9,6 @@ mod wake;
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -24,6 +23,7 @@ pub use context::{Handler, HandlerFuture, HandlerResult, JobContext, LeaseClock,
 use crate::job::{Failure, LeasedJob};
 use crate::queue::{JobRef, Queue};
 use completer::Completer;
+use heartbeat::{Batch, Liveness};
 
 /// Handlers by job kind.
 #[derive(Clone, Default)]
@@ -186,9 +186,7 @@ async fn fetch_loop(
             Ok(jobs) => {
                 db_backoff = Duration::from_millis(100);
                 let got = jobs.len();
-                for (job, permit) in jobs.into_iter().zip(permits.drain(..)) {
-                    tracker.spawn(run_job(shared.clone(), job, leased_at, permit));
-                }
+                spawn_batch(shared, jobs, leased_at, &mut permits, tracker);
                 if got == wanted {
                     continue;
                 }
@@ -213,6 +211,34 @@ async fn fetch_loop(
     }
 }
 
+/// Starts one task per leased job, and the batch's heartbeat watcher.
+fn spawn_batch(
+    shared: &Arc<Shared>,
+    jobs: Vec<LeasedJob>,
+    leased_at: Instant,
+    permits: &mut Vec<OwnedSemaphorePermit>,
+    tracker: &TaskTracker,
+) {
+    if jobs.is_empty() {
+        return;
+    }
+    let ttl = shared.queue.config().lease_ttl;
+    let batch = Batch::new(jobs.len());
+    let mut watched = Vec::with_capacity(jobs.len());
+    for (job, permit) in jobs.into_iter().zip(permits.drain(..)) {
+        let liveness = Arc::new(Liveness::new(job.job_ref(), LeaseClock::new(leased_at + ttl)));
+        watched.push(liveness.clone());
+        tracker.spawn(run_job(shared.clone(), job, liveness, batch.clone(), permit));
+    }
+    tracker.spawn(heartbeat::watch_batch(
+        shared.queue.clone(),
+        watched,
+        batch,
+        leased_at + ttl / 3,
+        tracker.clone(),
+    ));
+}
+
 fn take_free_slots(slots: &Arc<Semaphore>, permits: &mut Vec<OwnedSemaphorePermit>, batch: usize) {
     while permits.len() < batch.max(1) {
         match slots.clone().try_acquire_owned() {
@@ -222,32 +248,27 @@ fn take_free_slots(slots: &Arc<Semaphore>, permits: &mut Vec<OwnedSemaphorePermi
     }
 }
 
-async fn run_job(shared: Arc<Shared>, job: LeasedJob, leased_at: Instant, _slot: OwnedSemaphorePermit) {
-    let queue = &shared.queue;
+async fn run_job(
+    shared: Arc<Shared>,
+    job: LeasedJob,
+    liveness: Arc<Liveness>,
+    batch: Arc<Batch>,
+    _slot: OwnedSemaphorePermit,
+) {
     let job_ref = job.job_ref();
     let span = tracing::info_span!("job", job_id = job.id, kind = %job.kind, fence = job.fence, attempt = job.attempts);
     let Some(handler) = shared.registry.handlers.get(&job.kind).cloned() else {
         // Leases only ask for registered kinds; reaching this is a bug, and the rescuer will retry the job.
         tracing::error!(parent: &span, "no handler registered for this kind");
+        liveness.finish();
+        batch.job_finished();
         return;
     };
-    let lease = LeaseClock::new(leased_at + queue.config().lease_ttl);
-    let cancel = CancellationToken::new();
-    let lost = Arc::new(AtomicBool::new(false));
-    let stop_heartbeat = CancellationToken::new();
-    let heartbeat = tokio::spawn(heartbeat::run(
-        queue.clone(),
-        job_ref,
-        lease.clone(),
-        cancel.clone(),
-        lost.clone(),
-        stop_heartbeat.clone(),
-    ));
     let ctx = JobContext {
         job,
-        cancel,
-        lease,
-        queue: queue.clone(),
+        cancel: liveness.cancel.clone(),
+        lease: liveness.lease.clone(),
+        queue: shared.queue.clone(),
     };
     let started = Instant::now();
     let result = match AssertUnwindSafe(handler.run(ctx))
@@ -262,23 +283,24 @@ async fn run_job(shared: Arc<Shared>, job: LeasedJob, leased_at: Instant, _slot:
         ),
     };
     let duration_ms = started.elapsed().as_millis() as u64;
-    // The outcome is written under the job's span; `instrument` (not `enter`) because it awaits.
-    write_outcome(&shared, job_ref, &result, &lost, duration_ms)
+    // The outcome is written under the job's span; `instrument` (not `enter`) because it awaits. The heartbeat,
+    // if one started, keeps the lease until then.
+    write_outcome(&shared, job_ref, &result, &liveness, duration_ms)
         .instrument(span)
         .await;
-    stop_heartbeat.cancel();
-    let _ = heartbeat.await;
+    liveness.finish();
+    batch.job_finished();
 }
 
 async fn write_outcome(
     shared: &Shared,
     job_ref: JobRef,
     result: &HandlerResult,
-    lost: &AtomicBool,
+    liveness: &Liveness,
     duration_ms: u64,
 ) {
     let queue = &shared.queue;
-    if lost.load(Ordering::Acquire) {
+    if liveness.is_lost() {
         tracing::warn!(
             duration_ms,
             "job ended after its lease was lost; its outcome is discarded"
@@ -295,17 +317,25 @@ async fn write_outcome(
                     })
                 }
             }
-            Ok(Outcome::Snooze(until)) => match queue.pool().acquire().await {
-                Ok(mut conn) => queue.snooze(&mut conn, job_ref, *until).await,
-                Err(e) => Err(e.into()),
-            },
+            // The rarer outcomes are boxed: their sqlx futures are kilobytes, and inlined they would make every
+            // job's task that large, to be copied at each spawn.
+            Ok(Outcome::Snooze(until)) => {
+                Box::pin(async {
+                    let mut conn = queue.pool().acquire().await?;
+                    queue.snooze(&mut conn, job_ref, *until).await
+                })
+                .await
+            }
             Ok(Outcome::Finished) => Ok(()),
-            Err(failure) => match queue.pool().acquire().await {
-                Ok(mut conn) => queue.fail(&mut conn, job_ref, failure).await.map(|outcome| {
+            Err(failure) => {
+                Box::pin(async {
+                    let mut conn = queue.pool().acquire().await?;
+                    let outcome = queue.fail(&mut conn, job_ref, failure).await?;
                     tracing::info!(duration_ms, error = %failure.message, ?outcome, "job failed");
-                }),
-                Err(e) => Err(e.into()),
-            },
+                    Ok(())
+                })
+                .await
+            }
         };
         match written {
             Ok(()) => tracing::debug!(duration_ms, "job done"),
@@ -364,3 +394,4 @@ async fn maintain(queue: Queue, config: WorkerConfig, stop: CancellationToken) {
         }
     }
 }
+
