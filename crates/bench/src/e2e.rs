@@ -1,7 +1,12 @@
 //! racklift end to end: worker pools with no-op handlers drain pre-inserted jobs; the clock stops when the last
-//! completion is durable (the jobs table is empty, or has no live rows when completed rows are kept).
+//! completion is durable: once every job's handler has run, the pools are shut down, and a pool returns only after
+//! its outcomes are written. Afterwards (off the clock) the table is checked to hold no live job.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use racklift_queue::{
     HandlerResult, JobContext, Outcome, Queue, QueueConfig, Registry, WorkerConfig, WorkerPool,
@@ -21,8 +26,21 @@ pub struct E2eRun {
     pub keep_completed: bool,
 }
 
-async fn noop(_ctx: JobContext) -> HandlerResult {
-    Ok(Outcome::Complete)
+/// Counts handler runs so the driver knows when every job has run, without polling the database.
+#[derive(Clone)]
+struct Counting {
+    ran: Arc<AtomicU64>,
+    target: u64,
+    all_ran: Arc<Notify>,
+}
+
+impl Counting {
+    async fn noop(self, _ctx: JobContext) -> HandlerResult {
+        if self.ran.fetch_add(1, Ordering::AcqRel) + 1 == self.target {
+            self.all_ran.notify_one();
+        }
+        Ok(Outcome::Complete)
+    }
 }
 
 pub async fn run(pool: &PgPool, run: E2eRun) -> Result<f64, BenchError> {
@@ -39,6 +57,11 @@ pub async fn run(pool: &PgPool, run: E2eRun) -> Result<f64, BenchError> {
             ..QueueConfig::default()
         },
     );
+    let counting = Counting {
+        ran: Arc::new(AtomicU64::new(0)),
+        target: run.jobs,
+        all_ran: Arc::new(Notify::new()),
+    };
     let shutdown = CancellationToken::new();
     let start = Instant::now();
     let mut pools = tokio::task::JoinSet::new();
@@ -48,28 +71,30 @@ pub async fn run(pool: &PgPool, run: E2eRun) -> Result<f64, BenchError> {
             batch: run.batch,
             ..WorkerConfig::default()
         };
-        let worker = WorkerPool::new(queue.clone(), Registry::new().register("noop", noop), config);
+        let counting = counting.clone();
+        let registry = Registry::new().register("noop", move |ctx| counting.clone().noop(ctx));
+        let worker = WorkerPool::new(queue.clone(), registry, config);
         pools.spawn(worker.run(shutdown.clone()));
     }
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let live: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM jobs WHERE state IN ('queued', 'running'))")
-                .fetch_one(pool)
-                .await?;
-        if !live {
-            break;
-        }
-        if Instant::now() > deadline {
-            shutdown.cancel();
-            return Err(BenchError::Stalled(
-                "racklift end-to-end run did not drain in 600 s".into(),
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    if tokio::time::timeout(Duration::from_secs(600), counting.all_ran.notified())
+        .await
+        .is_err()
+    {
+        shutdown.cancel();
+        return Err(BenchError::Stalled(
+            "racklift end-to-end run did not drain in 600 s".into(),
+        ));
     }
-    let elapsed = start.elapsed();
     shutdown.cancel();
     while pools.join_next().await.is_some() {}
+    let elapsed = start.elapsed();
+    let live: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')")
+        .fetch_one(pool)
+        .await?;
+    if live != 0 {
+        return Err(BenchError::Stalled(format!(
+            "racklift end-to-end run left {live} live jobs after its pools drained"
+        )));
+    }
     Ok(run.jobs as f64 / elapsed.as_secs_f64())
 }

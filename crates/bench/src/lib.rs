@@ -45,15 +45,23 @@ impl BenchDb {
         }
     }
 
-    /// Drops and recreates database `name`, migrates it, and returns (url, pool).
+    /// Drops and recreates database `name`, migrates it, and returns (url, pool) with all `connections` already
+    /// open, so no timed run pays for connection set-up (a backend fork and SCRAM's key stretching) on the clock.
     pub async fn fresh(&self, name: &str, connections: u32) -> Result<(String, PgPool), BenchError> {
         let url = self.fresh_empty(name).await?;
         let pool = PgPoolOptions::new()
             .max_connections(connections)
+            .min_connections(connections)
+            .idle_timeout(None)
             .acquire_timeout(Duration::from_secs(60))
             .connect(&url)
             .await?;
         racklift_schema::migrate(&pool).await?;
+        let mut open = Vec::with_capacity(connections as usize);
+        for _ in 0..connections {
+            open.push(pool.acquire().await?);
+        }
+        drop(open);
         Ok((url, pool))
     }
 

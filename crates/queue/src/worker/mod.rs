@@ -394,4 +394,3 @@ async fn maintain(queue: Queue, config: WorkerConfig, stop: CancellationToken) {
         }
     }
 }
-
