@@ -1,0 +1,369 @@
+//! What a deployment is resolved from: provisioning tokens and their seeds, BIOS profiles, images, settings; and
+//! the API's own bearer tokens.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{Store, StoreError, sha256_hex};
+
+/// The setting the installation media URL is built from.
+pub const PUBLIC_ADDRESS: &str = "public_address";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Viewer,
+    Operator,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "operator" => Some(Role::Operator),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ApiToken {
+    pub name: String,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+pub struct ProvisioningToken {
+    pub token: Uuid,
+    pub description: String,
+    pub uses_remaining: i32,
+    pub expires_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewToken {
+    #[serde(default)]
+    pub description: String,
+    pub uses_remaining: i32,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+pub struct Seed {
+    pub token: Uuid,
+    pub name: String,
+    pub public: bool,
+    pub install_config: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Seed {
+    /// The server reboots on its own at the end of install stage 1.
+    pub fn force_reboot(&self) -> bool {
+        self.install_config.get("force_reboot").and_then(Value::as_bool) == Some(true)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewSeed {
+    pub name: String,
+    #[serde(default)]
+    pub public: bool,
+    #[serde(default)]
+    pub install_config: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+pub struct BiosProfile {
+    pub name: String,
+    pub match_rules: Value,
+    pub priority: i32,
+    pub attributes: Value,
+    pub deferred_attributes: Value,
+    pub secure_boot: Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NewBiosProfile {
+    pub name: String,
+    #[serde(default)]
+    pub match_rules: Value,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub attributes: Value,
+    #[serde(default)]
+    pub deferred_attributes: Value,
+    #[serde(default)]
+    pub secure_boot: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+pub struct Image {
+    pub id: i64,
+    #[serde(rename = "type")]
+    #[sqlx(rename = "type")]
+    pub image_type: String,
+    pub architecture: String,
+    pub channel: String,
+    pub path: String,
+    pub size_bytes: i64,
+    pub sha256: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewImage {
+    #[serde(rename = "type")]
+    pub image_type: String,
+    pub architecture: String,
+    pub channel: String,
+    pub path: String,
+    pub size_bytes: i64,
+    pub sha256: String,
+}
+
+fn or_empty(v: &Value) -> Value {
+    if v.is_null() {
+        Value::Object(Default::default())
+    } else {
+        v.clone()
+    }
+}
+
+impl Store {
+    // --- API tokens -------------------------------------------------------------------------------------------
+
+    /// Stores the digest of `secret` under `name`; replaces an existing token of that name.
+    pub async fn put_api_token(&self, name: &str, secret: &str, role: Role) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO api_tokens (name, secret_sha256, role) VALUES ($1, decode($2, 'hex'), $3) \
+             ON CONFLICT (name) DO UPDATE SET secret_sha256 = excluded.secret_sha256, role = excluded.role",
+        )
+        .bind(name)
+        .bind(sha256_hex(secret.as_bytes()))
+        .bind(role.as_str())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn api_token(&self, secret: &str) -> Result<Option<ApiToken>, StoreError> {
+        let row: Option<(String, String)> =
+            sqlx::query_as("SELECT name, role FROM api_tokens WHERE secret_sha256 = decode($1, 'hex')")
+                .bind(sha256_hex(secret.as_bytes()))
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.and_then(|(name, role)| Role::parse(&role).map(|role| ApiToken { name, role })))
+    }
+
+    // --- settings ---------------------------------------------------------------------------------------------
+
+    pub async fn setting(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT value FROM settings WHERE key = $1")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    pub async fn put_setting(&self, key: &str, value: &Value) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO settings (key, value) VALUES ($1, $2) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()",
+        )
+        .bind(key)
+        .bind(value)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    // --- provisioning tokens and seeds ------------------------------------------------------------------------
+
+    pub async fn create_token(&self, new: &NewToken) -> Result<ProvisioningToken, StoreError> {
+        Ok(sqlx::query_as(
+            "INSERT INTO provisioning_tokens (description, uses_remaining, expires_at) VALUES ($1, $2, $3) \
+             RETURNING token, description, uses_remaining, expires_at, created_at",
+        )
+        .bind(&new.description)
+        .bind(new.uses_remaining)
+        .bind(new.expires_at)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    pub async fn list_tokens(&self) -> Result<Vec<ProvisioningToken>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT token, description, uses_remaining, expires_at, created_at FROM provisioning_tokens \
+             ORDER BY created_at",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn token(&self, token: Uuid) -> Result<ProvisioningToken, StoreError> {
+        let row: Option<ProvisioningToken> = sqlx::query_as(
+            "SELECT token, description, uses_remaining, expires_at, created_at FROM provisioning_tokens \
+             WHERE token = $1",
+        )
+        .bind(token)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.ok_or_else(|| StoreError::NotFound {
+            what: "token",
+            name: token.to_string(),
+        })
+    }
+
+    pub async fn delete_token(&self, token: Uuid) -> Result<(), StoreError> {
+        let done = sqlx::query("DELETE FROM provisioning_tokens WHERE token = $1")
+            .bind(token)
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound {
+                what: "token",
+                name: token.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    pub async fn create_seed(&self, token: Uuid, new: &NewSeed) -> Result<Seed, StoreError> {
+        self.token(token).await?;
+        sqlx::query_as(
+            "INSERT INTO token_seeds (token, name, public, install_config) VALUES ($1, $2, $3, $4) \
+             RETURNING token, name, public, install_config, created_at",
+        )
+        .bind(token)
+        .bind(&new.name)
+        .bind(new.public)
+        .bind(or_empty(&new.install_config))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::on_unique("seed", &new.name))
+    }
+
+    pub async fn seeds(&self, token: Uuid) -> Result<Vec<Seed>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT token, name, public, install_config, created_at FROM token_seeds WHERE token = $1 ORDER BY name",
+        )
+        .bind(token)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn seed(&self, token: Uuid, name: &str) -> Result<Seed, StoreError> {
+        let row: Option<Seed> = sqlx::query_as(
+            "SELECT token, name, public, install_config, created_at FROM token_seeds WHERE token = $1 AND name = $2",
+        )
+        .bind(token)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.ok_or_else(|| StoreError::NotFound {
+            what: "seed",
+            name: name.to_owned(),
+        })
+    }
+
+    // --- BIOS profiles ----------------------------------------------------------------------------------------
+
+    /// Creates or replaces a profile.
+    pub async fn put_bios_profile(&self, p: &NewBiosProfile) -> Result<BiosProfile, StoreError> {
+        Ok(sqlx::query_as(
+            "INSERT INTO bios_profiles (name, match_rules, priority, attributes, deferred_attributes, secure_boot) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (name) DO UPDATE SET match_rules = excluded.match_rules, priority = excluded.priority, \
+             attributes = excluded.attributes, deferred_attributes = excluded.deferred_attributes, \
+             secure_boot = excluded.secure_boot, updated_at = now() \
+             RETURNING name, match_rules, priority, attributes, deferred_attributes, secure_boot, created_at, updated_at",
+        )
+        .bind(&p.name)
+        .bind(or_empty(&p.match_rules))
+        .bind(p.priority)
+        .bind(or_empty(&p.attributes))
+        .bind(or_empty(&p.deferred_attributes))
+        .bind(or_empty(&p.secure_boot))
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    pub async fn bios_profiles(&self) -> Result<Vec<BiosProfile>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT name, match_rules, priority, attributes, deferred_attributes, secure_boot, created_at, updated_at \
+             FROM bios_profiles ORDER BY priority, name",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn delete_bios_profile(&self, name: &str) -> Result<(), StoreError> {
+        let done = sqlx::query("DELETE FROM bios_profiles WHERE name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound {
+                what: "BIOS profile",
+                name: name.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    // --- images -----------------------------------------------------------------------------------------------
+
+    pub async fn create_image(&self, i: &NewImage) -> Result<Image, StoreError> {
+        let name = format!("{}/{}/{}", i.image_type, i.architecture, i.channel);
+        sqlx::query_as(
+            "INSERT INTO images (type, architecture, channel, path, size_bytes, sha256) VALUES ($1, $2, $3, $4, $5, $6) \
+             RETURNING id, type, architecture, channel, path, size_bytes, sha256, created_at",
+        )
+        .bind(&i.image_type)
+        .bind(&i.architecture)
+        .bind(&i.channel)
+        .bind(&i.path)
+        .bind(i.size_bytes)
+        .bind(&i.sha256)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::on_unique("image", &name))
+    }
+
+    pub async fn images(&self) -> Result<Vec<Image>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT id, type, architecture, channel, path, size_bytes, sha256, created_at FROM images ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn image(&self, id: i64) -> Result<Image, StoreError> {
+        let row: Option<Image> = sqlx::query_as(
+            "SELECT id, type, architecture, channel, path, size_bytes, sha256, created_at FROM images WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.ok_or_else(|| StoreError::NotFound {
+            what: "image",
+            name: id.to_string(),
+        })
+    }
+}

@@ -1,0 +1,439 @@
+//! Deployments: created with their first job in one transaction, then advanced by workers with fenced writes.
+
+use chrono::{DateTime, Utc};
+use racklift_deploy::{Deployment, Machine, Plan};
+use racklift_queue::{NewJob, Queue, QueueError};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::servers::{ServerStatus, set_status};
+use crate::{Store, StoreError};
+
+/// A deployment as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeploymentRecord {
+    pub id: i64,
+    pub server: String,
+    #[serde(skip)]
+    pub media_secret: String,
+    pub image_id: i64,
+    pub token: Uuid,
+    pub seed: String,
+    pub deployment: Deployment,
+    pub media_slot: Option<Value>,
+    pub cancel: Option<Value>,
+    pub last_facts: Option<Value>,
+    pub last_error: Option<Value>,
+    pub requested_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl DeploymentRecord {
+    pub fn seq(&self) -> i64 {
+        self.deployment.machine.seq as i64
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished_at.is_some()
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: i64,
+    server: String,
+    media_secret: String,
+    image_id: i64,
+    token: Uuid,
+    seed: String,
+    plan: Value,
+    media_slot: Option<Value>,
+    machine: Value,
+    cancel: Option<Value>,
+    last_facts: Option<Value>,
+    last_error: Option<Value>,
+    requested_by: String,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    finished_at: Option<DateTime<Utc>>,
+}
+
+const COLUMNS: &str = "id, server, media_secret, image_id, token, seed, plan, media_slot, machine, cancel, last_facts, \
+                       last_error, requested_by, created_at, updated_at, finished_at";
+
+impl TryFrom<Row> for DeploymentRecord {
+    type Error = StoreError;
+    fn try_from(r: Row) -> Result<DeploymentRecord, StoreError> {
+        let corrupt = |source| StoreError::Corrupt {
+            what: "deployment",
+            source,
+        };
+        let plan: Plan = serde_json::from_value(r.plan).map_err(corrupt)?;
+        let machine: Machine = serde_json::from_value(r.machine).map_err(corrupt)?;
+        Ok(DeploymentRecord {
+            id: r.id,
+            server: r.server,
+            media_secret: r.media_secret,
+            image_id: r.image_id,
+            token: r.token,
+            seed: r.seed,
+            deployment: Deployment { plan, machine },
+            media_slot: r.media_slot,
+            cancel: r.cancel,
+            last_facts: r.last_facts,
+            last_error: r.last_error,
+            requested_by: r.requested_by,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            finished_at: r.finished_at,
+        })
+    }
+}
+
+/// Everything the API resolved for a new deployment.
+#[derive(Debug, Clone)]
+pub struct NewDeployment {
+    pub server: String,
+    pub media_secret: String,
+    pub image_id: i64,
+    pub token: Uuid,
+    pub seed: String,
+    pub deployment: Deployment,
+    pub media_slot: Option<Value>,
+    pub idempotency_key: Option<String>,
+    pub requested_by: String,
+}
+
+/// The job kind every deployment step runs as.
+pub const STEP_KIND: &str = "deployment.step";
+
+/// The live step job of a deployment: one per server (resource key), one per transition (idempotency key).
+pub fn step_job(deployment_id: i64, server: &str, seq: u64) -> NewJob {
+    let mut job = NewJob::new(STEP_KIND, &serde_json::json!({ "deployment_id": deployment_id }))
+        .expect("a JSON object always serialises");
+    job.idempotency_key = Some(format!("deployment/{deployment_id}/{seq}"));
+    job.resource_key = Some(format!("server/{server}"));
+    // Retries of a step are counted by the state machine; the queue's attempts only catch a crashing worker.
+    job.max_attempts = 5;
+    job
+}
+
+fn not_found(id: i64) -> StoreError {
+    StoreError::NotFound {
+        what: "deployment",
+        name: id.to_string(),
+    }
+}
+
+impl Store {
+    /// Creates the deployment and enqueues its first step in one transaction. With an idempotency key that was
+    /// used for this server before, returns that deployment instead (`false`: nothing was created).
+    pub async fn create_deployment(
+        &self,
+        queue: &Queue,
+        new: &NewDeployment,
+    ) -> Result<(DeploymentRecord, bool), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(key) = &new.idempotency_key {
+            let existing: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {COLUMNS} FROM deployments WHERE server = $1 AND idempotency_key = $2"
+            )))
+            .bind(&new.server)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(row) = existing {
+                return Ok((row.try_into()?, false));
+            }
+        }
+        let plan = serde_json::to_value(&new.deployment.plan).expect("plans serialise");
+        let machine = serde_json::to_value(&new.deployment.machine).expect("machines serialise");
+        let row: Row = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO deployments (server, media_secret, image_id, token, seed, plan, media_slot, machine, state, \
+             seq, idempotency_key, requested_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             RETURNING {COLUMNS}"
+        )))
+        .bind(&new.server)
+        .bind(&new.media_secret)
+        .bind(new.image_id)
+        .bind(new.token)
+        .bind(&new.seed)
+        .bind(plan)
+        .bind(&new.media_slot)
+        .bind(machine)
+        .bind(new.deployment.machine.state.name())
+        .bind(new.deployment.machine.seq as i64)
+        .bind(&new.idempotency_key)
+        .bind(&new.requested_by)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::on_unique("running deployment on server", &new.server))?;
+        let record: DeploymentRecord = row.try_into()?;
+        set_status(&mut *tx, &new.server, ServerStatus::Deploying, "deployment requested").await?;
+        crate::events::insert(
+            &mut *tx,
+            &new.server,
+            Some(record.id),
+            "requested",
+            None,
+            &serde_json::json!({ "by": new.requested_by, "seed": new.seed }),
+        )
+        .await?;
+        queue
+            .enqueue(&mut tx, &step_job(record.id, &new.server, 0))
+            .await
+            .map_err(queue_error)?;
+        tx.commit().await?;
+        Ok((record, true))
+    }
+
+    pub async fn deployment(&self, id: i64) -> Result<DeploymentRecord, StoreError> {
+        let row: Option<Row> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM deployments WHERE id = $1")))
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.ok_or_else(|| not_found(id))?.try_into()
+    }
+
+    /// The server's newest deployment, running or not.
+    pub async fn latest_deployment(&self, server: &str) -> Result<Option<DeploymentRecord>, StoreError> {
+        let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM deployments WHERE server = $1 ORDER BY id DESC LIMIT 1"
+        )))
+        .bind(server)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(DeploymentRecord::try_from).transpose()
+    }
+
+    /// The deployment created for this server with this idempotency key, if any: lets the API answer a retried
+    /// deploy request with the original deployment before re-running its pre-flight checks.
+    pub async fn deployment_by_idempotency_key(
+        &self,
+        server: &str,
+        key: &str,
+    ) -> Result<Option<DeploymentRecord>, StoreError> {
+        let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM deployments WHERE server = $1 AND idempotency_key = $2"
+        )))
+        .bind(server)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(DeploymentRecord::try_from).transpose()
+    }
+
+    pub async fn deployment_by_media_secret(&self, secret: &str) -> Result<Option<DeploymentRecord>, StoreError> {
+        let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM deployments WHERE media_secret = $1"
+        )))
+        .bind(secret)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(DeploymentRecord::try_from).transpose()
+    }
+
+    /// Records the selected media slot once the worker picked one.
+    pub async fn set_media_slot(&self, id: i64, slot: &Value) -> Result<(), StoreError> {
+        sqlx::query("UPDATE deployments SET media_slot = $2 WHERE id = $1")
+            .bind(id)
+            .bind(slot)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Requests cancellation of the server's running deployment and takes the lease from whoever holds its step,
+    /// so the holder aborts its BMC call and the next lease decides the cancel. Returns the deployment.
+    pub async fn request_cancel(
+        &self,
+        queue: &Queue,
+        server: &str,
+        skip_cleanup: bool,
+        by: &str,
+    ) -> Result<DeploymentRecord, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE deployments SET cancel = $2, updated_at = now() WHERE server = $1 AND finished_at IS NULL \
+             RETURNING {COLUMNS}"
+        )))
+        .bind(server)
+        .bind(serde_json::json!({ "skip_cleanup": skip_cleanup }))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Err(StoreError::NotFound {
+                what: "running deployment on server",
+                name: server.to_owned(),
+            });
+        };
+        let record: DeploymentRecord = row.try_into()?;
+        crate::events::insert(
+            &mut *tx,
+            server,
+            Some(record.id),
+            "cancel_requested",
+            None,
+            &serde_json::json!({ "by": by, "skip_cleanup": skip_cleanup }),
+        )
+        .await?;
+        wake_step(queue, &mut tx, server, true).await?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    /// Marks the server registered through its provisioning token (consuming one use) and wakes its deployment's
+    /// waiting step at once. Returns the server name, or `None` when the token is unknown, spent or expired.
+    pub async fn register_server(
+        &self,
+        queue: &Queue,
+        token: Uuid,
+        name: &str,
+        details: &Value,
+    ) -> Result<Option<String>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let used = sqlx::query(
+            "UPDATE provisioning_tokens SET uses_remaining = uses_remaining - 1 \
+             WHERE token = $1 AND uses_remaining > 0 AND expires_at > now()",
+        )
+        .bind(token)
+        .execute(&mut *tx)
+        .await?;
+        if used.rows_affected() != 1 {
+            return Ok(None);
+        }
+        let updated = sqlx::query(
+            "UPDATE servers SET registered_at = now(), registration = $2, \
+             status = CASE WHEN status = 'deploying' THEN status ELSE 'registered' END, \
+             status_detail = 'registered', updated_at = now() WHERE name = $1",
+        )
+        .bind(name)
+        .bind(details)
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() != 1 {
+            return Ok(None);
+        }
+        let deployment: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM deployments WHERE server = $1 AND finished_at IS NULL")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        crate::events::insert(&mut *tx, name, deployment, "registered", None, details).await?;
+        wake_step(queue, &mut tx, name, false).await?;
+        tx.commit().await?;
+        Ok(Some(name.to_owned()))
+    }
+
+    /// Persists a worker's decision: the machine (fenced on the `seq` it read), the facts it saw, and, in the same
+    /// transaction, the job's own outcome written by `finish` (which checks the job's fence). `Stale` when the
+    /// deployment moved on without this worker.
+    pub async fn save_machine<F>(
+        &self,
+        record: &DeploymentRecord,
+        machine: &Machine,
+        facts: &Value,
+        last_error: Option<&Value>,
+        events: &[(String, Option<i64>, Value)],
+        finish: F,
+    ) -> Result<(), StoreError>
+    where
+        F: AsyncFnOnce(&mut PgConnection) -> Result<(), StoreError>,
+    {
+        let mut tx = self.pool.begin().await?;
+        let terminal = machine.state.is_terminal();
+        let done = sqlx::query(
+            "UPDATE deployments SET machine = $3, state = $4, seq = $5, last_facts = $6, \
+             last_error = coalesce($7, last_error), updated_at = now(), \
+             finished_at = CASE WHEN $8 THEN now() ELSE NULL END \
+             WHERE id = $1 AND seq = $2 AND finished_at IS NULL",
+        )
+        .bind(record.id)
+        .bind(record.seq())
+        .bind(serde_json::to_value(machine).expect("machines serialise"))
+        .bind(machine.state.name())
+        .bind(machine.seq as i64)
+        .bind(facts)
+        .bind(last_error)
+        .bind(terminal)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            return Err(StoreError::Stale {
+                what: "deployment",
+                name: record.id.to_string(),
+            });
+        }
+        for (kind, fence, detail) in events {
+            crate::events::insert(&mut *tx, &record.server, Some(record.id), kind, *fence, detail).await?;
+        }
+        if terminal {
+            let (status, detail) = match machine.state {
+                racklift_deploy::State::Completed => (ServerStatus::Registered, "deployed"),
+                racklift_deploy::State::Failed => (ServerStatus::Failed, "deployment failed"),
+                _ => (ServerStatus::Unregistered, "deployment canceled"),
+            };
+            set_status(&mut *tx, &record.server, status, detail).await?;
+            sqlx::query("DELETE FROM media_reads WHERE deployment_id = $1 AND $2")
+                .bind(record.id)
+                .bind(machine.state != racklift_deploy::State::Failed)
+                .execute(&mut *tx)
+                .await?;
+        } else {
+            set_status(&mut *tx, &record.server, ServerStatus::Deploying, machine.state.name()).await?;
+        }
+        finish(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Drops the recorded media read progress of a deployment (attach, cleanup, cancel).
+    pub async fn drop_media_progress(&self, deployment_id: i64) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM media_reads WHERE deployment_id = $1")
+            .bind(deployment_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Finds the server's live step job and makes it due now; with `revoke`, also takes the lease from its holder.
+async fn wake_step(queue: &Queue, tx: &mut PgConnection, server: &str, revoke: bool) -> Result<(), StoreError> {
+    let job: Option<(i64, String)> = sqlx::query_as(
+        "SELECT id, state FROM jobs WHERE resource_key = $1 AND state IN ('queued', 'running')",
+    )
+    .bind(format!("server/{server}"))
+    .fetch_optional(&mut *tx)
+    .await?;
+    match job {
+        Some((id, state)) if state == "running" && revoke => {
+            queue.revoke(tx, id).await.map_err(queue_error)?;
+        }
+        Some((id, state)) if state == "queued" => {
+            queue.wake(tx, id).await.map_err(queue_error)?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A fenced queue write that was refused is a stale write; anything else is a database error.
+pub fn queue_error(e: QueueError) -> StoreError {
+    match e {
+        QueueError::LeaseLost { job_id, .. } => StoreError::Stale {
+            what: "job",
+            name: job_id.to_string(),
+        },
+        QueueError::ResourceBusy { resource_key, .. } => StoreError::Conflict {
+            what: "live job for",
+            name: resource_key,
+        },
+        QueueError::Database(e) => StoreError::Db(e),
+        other => StoreError::Queue(other),
+    }
+}

@@ -1,0 +1,32 @@
+/// What a store call can fail with. Conflicts and missing rows are distinct so the API can answer 404 / 409.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{what} {name:?} not found")]
+    NotFound { what: &'static str, name: String },
+    #[error("{what} {name:?} already exists")]
+    Conflict { what: &'static str, name: String },
+    /// A fenced write found its row changed by someone newer; the caller must stop.
+    #[error("stale write to {what} {name:?}: a newer holder moved it on")]
+    Stale { what: &'static str, name: String },
+    #[error("stored {what} is not valid")]
+    Corrupt {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("queue")]
+    Queue(#[source] racklift_queue::QueueError),
+    #[error("database")]
+    Db(#[from] sqlx::Error),
+}
+
+impl StoreError {
+    /// Maps a unique violation to `Conflict`, anything else to `Db`.
+    pub(crate) fn on_unique(what: &'static str, name: &str) -> impl FnOnce(sqlx::Error) -> StoreError {
+        let name = name.to_owned();
+        move |e| match &e {
+            sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict { what, name },
+            _ => StoreError::Db(e),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Every SQL statement outside the queue. The API and the workers see typed records and typed errors; the SQL
+//! lives here so a schema change is one crate's business.
+//!
+//! Writes that a lease holder makes are fenced: a deployment's machine is written only if its `seq` is still
+//! the one the worker read, and a server's BMC fence only moves forward. Each checks `rows_affected`.
+
+mod catalog;
+mod deployments;
+mod error;
+mod events;
+mod media;
+mod servers;
+
+pub use catalog::{
+    ApiToken, BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, ProvisioningToken, Role, Seed,
+    PUBLIC_ADDRESS,
+};
+pub use deployments::{DeploymentRecord, NewDeployment, STEP_KIND, queue_error, step_job};
+pub use error::StoreError;
+pub use events::Event;
+pub use media::MediaRead;
+pub use servers::{NewServer, Server, ServerStatus, ServerUpdate, advance_fence};
+
+use sqlx::PgPool;
+
+/// The store: a pool and the statements.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: PgPool,
+}
+
+impl Store {
+    pub fn new(pool: PgPool) -> Store {
+        Store { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// Lower-case hex SHA-256, for API token digests.
+pub fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(data);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A random URL-safe secret of 32 bytes (256 bits), for media URLs and API tokens.
+pub fn new_secret() -> String {
+    use rand::Rng;
+    let bytes: [u8; 32] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,91 @@
+//! Distinct bytes of a deployment's image read per source, merged in PostgreSQL so any API instance can serve
+//! the media and the progress survives a restart.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use racklift_deploy::ranges::RangeSet;
+
+use crate::{Store, StoreError};
+
+/// Ranges served to one source since the last flush.
+#[derive(Debug, Clone)]
+pub struct MediaRead {
+    pub deployment_id: i64,
+    pub source: String,
+    /// Half-open `[start, end)` byte ranges.
+    pub ranges: Vec<(u64, u64)>,
+    pub at: DateTime<Utc>,
+}
+
+impl Store {
+    /// Merges a batch of reads into the stored range sets, one transaction for the whole batch. Rows are locked
+    /// in key order so concurrent API instances cannot deadlock.
+    pub async fn record_media_reads(&self, reads: &[MediaRead], max_ranges: usize) -> Result<(), StoreError> {
+        let mut merged: BTreeMap<(i64, String), (Vec<(u64, u64)>, DateTime<Utc>)> = BTreeMap::new();
+        for r in reads {
+            let e = merged
+                .entry((r.deployment_id, r.source.clone()))
+                .or_insert_with(|| (Vec::new(), r.at));
+            e.0.extend(&r.ranges);
+            e.1 = e.1.max(r.at);
+        }
+        let mut tx = self.pool.begin().await?;
+        for ((deployment_id, source), (ranges, at)) in merged {
+            let stored: Option<serde_json::Value> = sqlx::query_scalar(
+                "SELECT ranges FROM media_reads WHERE deployment_id = $1 AND source = $2 FOR UPDATE",
+            )
+            .bind(deployment_id)
+            .bind(&source)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let mut set = match stored {
+                Some(v) => serde_json::from_value(v).unwrap_or_else(|_| RangeSet::new(max_ranges)),
+                None => RangeSet::new(max_ranges),
+            };
+            for (start, end) in ranges {
+                set.insert(start, end);
+            }
+            // The deployment may have finished and been dropped meanwhile: then there is nothing to record.
+            sqlx::query(
+                "INSERT INTO media_reads (deployment_id, source, ranges, bytes_read, last_read_at) \
+                 SELECT $1, $2, $3, $4, $5 WHERE EXISTS (SELECT 1 FROM deployments WHERE id = $1) \
+                 ON CONFLICT (deployment_id, source) DO UPDATE SET ranges = excluded.ranges, \
+                 bytes_read = excluded.bytes_read, last_read_at = greatest(media_reads.last_read_at, excluded.last_read_at)",
+            )
+            .bind(deployment_id)
+            .bind(&source)
+            .bind(serde_json::to_value(&set).expect("range sets serialise"))
+            .bind(set.total() as i64)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The range sets of a deployment by source, and the latest read.
+    pub async fn media_progress(
+        &self,
+        deployment_id: i64,
+    ) -> Result<(BTreeMap<String, RangeSet>, Option<DateTime<Utc>>), StoreError> {
+        let rows: Vec<(String, serde_json::Value, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT source, ranges, last_read_at FROM media_reads WHERE deployment_id = $1",
+        )
+        .bind(deployment_id)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut last = None;
+        let mut sets = BTreeMap::new();
+        for (source, ranges, at) in rows {
+            let set: RangeSet = serde_json::from_value(ranges).map_err(|source| StoreError::Corrupt {
+                what: "media read ranges",
+                source,
+            })?;
+            sets.insert(source, set);
+            last = last.max(Some(at));
+        }
+        Ok((sets, last))
+    }
+}

@@ -1,0 +1,250 @@
+//! Servers and their BMCs.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::PgExecutor;
+
+use crate::{Store, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerStatus {
+    Unregistered,
+    Deploying,
+    Registered,
+    Failed,
+}
+
+impl ServerStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServerStatus::Unregistered => "unregistered",
+            ServerStatus::Deploying => "deploying",
+            ServerStatus::Registered => "registered",
+            ServerStatus::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> ServerStatus {
+        match s {
+            "deploying" => ServerStatus::Deploying,
+            "registered" => ServerStatus::Registered,
+            "failed" => ServerStatus::Failed,
+            _ => ServerStatus::Unregistered,
+        }
+    }
+}
+
+/// A server as stored. The password is only ever a reference (`env:NAME`, `file:PATH`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Server {
+    pub name: String,
+    pub bmc_address: String,
+    pub bmc_username: String,
+    pub bmc_password_ref: Option<String>,
+    pub bmc_cert_pin: Option<String>,
+    pub bmc_insecure: bool,
+    pub vendor_hint: Option<String>,
+    pub status: ServerStatus,
+    pub status_detail: String,
+    pub fence: i64,
+    pub registered_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Server {
+    /// A BMC address and credentials are set.
+    pub fn bmc_configured(&self) -> bool {
+        !self.bmc_address.is_empty() && !self.bmc_username.is_empty() && self.bmc_password_ref.is_some()
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct ServerRow {
+    name: String,
+    bmc_address: String,
+    bmc_username: String,
+    bmc_password_ref: Option<String>,
+    bmc_cert_pin: Option<String>,
+    bmc_insecure: bool,
+    vendor_hint: Option<String>,
+    status: String,
+    status_detail: String,
+    fence: i64,
+    registered_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<ServerRow> for Server {
+    fn from(r: ServerRow) -> Server {
+        Server {
+            name: r.name,
+            bmc_address: r.bmc_address,
+            bmc_username: r.bmc_username,
+            bmc_password_ref: r.bmc_password_ref,
+            bmc_cert_pin: r.bmc_cert_pin,
+            bmc_insecure: r.bmc_insecure,
+            vendor_hint: r.vendor_hint,
+            status: ServerStatus::parse(&r.status),
+            status_detail: r.status_detail,
+            fence: r.fence,
+            registered_at: r.registered_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NewServer {
+    pub name: String,
+    #[serde(default)]
+    pub bmc_address: String,
+    #[serde(default)]
+    pub bmc_username: String,
+    pub bmc_password_ref: Option<String>,
+    pub bmc_cert_pin: Option<String>,
+    #[serde(default)]
+    pub bmc_insecure: bool,
+    pub vendor_hint: Option<String>,
+}
+
+/// A partial update: absent fields keep their value.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServerUpdate {
+    pub bmc_address: Option<String>,
+    pub bmc_username: Option<String>,
+    pub bmc_password_ref: Option<String>,
+    pub bmc_cert_pin: Option<String>,
+    pub bmc_insecure: Option<bool>,
+    pub vendor_hint: Option<String>,
+}
+
+const COLUMNS: &str = "name, bmc_address, bmc_username, bmc_password_ref, bmc_cert_pin, bmc_insecure, vendor_hint, \
+                       status, status_detail, fence, registered_at, created_at, updated_at";
+
+fn not_found(name: &str) -> StoreError {
+    StoreError::NotFound {
+        what: "server",
+        name: name.to_owned(),
+    }
+}
+
+impl Store {
+    pub async fn create_server(&self, new: &NewServer) -> Result<Server, StoreError> {
+        let row: ServerRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO servers (name, bmc_address, bmc_username, bmc_password_ref, bmc_cert_pin, bmc_insecure, \
+             vendor_hint) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {COLUMNS}"
+        )))
+        .bind(&new.name)
+        .bind(&new.bmc_address)
+        .bind(&new.bmc_username)
+        .bind(&new.bmc_password_ref)
+        .bind(&new.bmc_cert_pin)
+        .bind(new.bmc_insecure)
+        .bind(&new.vendor_hint)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::on_unique("server", &new.name))?;
+        Ok(row.into())
+    }
+
+    pub async fn list_servers(&self) -> Result<Vec<Server>, StoreError> {
+        let rows: Vec<ServerRow> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM servers ORDER BY name")))
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(Server::from).collect())
+    }
+
+    pub async fn server(&self, name: &str) -> Result<Server, StoreError> {
+        server_in(&self.pool, name).await
+    }
+
+    pub async fn update_server(&self, name: &str, u: &ServerUpdate) -> Result<Server, StoreError> {
+        let row: Option<ServerRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "UPDATE servers SET bmc_address = coalesce($2, bmc_address), bmc_username = coalesce($3, bmc_username), \
+             bmc_password_ref = coalesce($4, bmc_password_ref), bmc_cert_pin = coalesce($5, bmc_cert_pin), \
+             bmc_insecure = coalesce($6, bmc_insecure), vendor_hint = coalesce($7, vendor_hint), updated_at = now() \
+             WHERE name = $1 RETURNING {COLUMNS}"
+        )))
+        .bind(name)
+        .bind(&u.bmc_address)
+        .bind(&u.bmc_username)
+        .bind(&u.bmc_password_ref)
+        .bind(&u.bmc_cert_pin)
+        .bind(u.bmc_insecure)
+        .bind(&u.vendor_hint)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(Server::from).ok_or_else(|| not_found(name))
+    }
+
+    /// Deletes a server that has no running deployment.
+    pub async fn delete_server(&self, name: &str) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM servers WHERE name = $1 AND NOT EXISTS \
+             (SELECT 1 FROM deployments WHERE server = $1 AND finished_at IS NULL)",
+        )
+        .bind(name)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(());
+        }
+        self.server(name).await?;
+        Err(StoreError::Conflict {
+            what: "running deployment on server",
+            name: name.to_owned(),
+        })
+    }
+
+    /// Moves the server's BMC fence up to `fence` before a BMC mutation (ARCHITECTURE invariant 3). `Stale` when a
+    /// newer token already holds it: the caller must not touch the BMC.
+    pub async fn advance_server_fence(&self, name: &str, fence: i64) -> Result<(), StoreError> {
+        advance_fence(&self.pool, name, fence).await
+    }
+}
+
+/// [`Store::advance_server_fence`] inside a caller's transaction.
+pub async fn advance_fence<'e>(db: impl PgExecutor<'e>, name: &str, fence: i64) -> Result<(), StoreError> {
+    let done = sqlx::query("UPDATE servers SET fence = $2 WHERE name = $1 AND fence <= $2")
+        .bind(name)
+        .bind(fence)
+        .execute(db)
+        .await?;
+    if done.rows_affected() == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Stale {
+            what: "server fence",
+            name: name.to_owned(),
+        })
+    }
+}
+
+pub(crate) async fn server_in<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Server, StoreError> {
+    let row: Option<ServerRow> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM servers WHERE name = $1")))
+            .bind(name)
+            .fetch_optional(db)
+            .await?;
+    row.map(Server::from).ok_or_else(|| not_found(name))
+}
+
+pub(crate) async fn set_status<'e>(
+    db: impl PgExecutor<'e>,
+    name: &str,
+    status: ServerStatus,
+    detail: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE servers SET status = $2, status_detail = $3, updated_at = now() WHERE name = $1")
+        .bind(name)
+        .bind(status.as_str())
+        .bind(detail)
+        .execute(db)
+        .await?;
+    Ok(())
+}
