@@ -25,7 +25,7 @@ pub enum AccessError {
     Client {
         server: String,
         #[source]
-        source: racklift_redfish::Error,
+        source: Box<racklift_redfish::Error>,
     },
 }
 
@@ -41,9 +41,12 @@ pub fn resolve_password(server: &str, reference: &str) -> Result<Secret, AccessE
         source,
     };
     match reference.split_once(':') {
-        Some(("env", name)) if !name.is_empty() => std::env::var(name)
-            .map(Secret::new)
-            .map_err(|_| unreadable(std::io::Error::new(std::io::ErrorKind::NotFound, "variable not set"))),
+        Some(("env", name)) if !name.is_empty() => std::env::var(name).map(Secret::new).map_err(|_| {
+            unreadable(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "variable not set",
+            ))
+        }),
         Some(("file", path)) if !path.is_empty() => std::fs::read_to_string(path)
             .map(|s| Secret::new(s.trim_end_matches(['\r', '\n'])))
             .map_err(unreadable),
@@ -80,6 +83,6 @@ pub fn client_for(server: &Server, call_deadline: Duration) -> Result<BmcClient,
     config.call_deadline = call_deadline;
     BmcClient::new(config).map_err(|source| AccessError::Client {
         server: server.name.clone(),
-        source,
+        source: Box::new(source),
     })
 }

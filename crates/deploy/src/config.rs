@@ -106,6 +106,38 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The timing for simulated hardware running at `scale` (the simulator's time scale): real-hardware durations
+    /// shrink with it, never below one second, and timeouts keep a floor so only a real fault trips them.
+    pub fn for_simulation(scale: f64) -> Config {
+        let d = Config::default();
+        let s = |secs: u64| ((secs as f64 * scale).ceil() as u64).max(1);
+        Config {
+            poll_interval_secs: 1,
+            retry_backoff_secs: s(d.retry_backoff_secs),
+            retry_backoff_max_secs: s(d.retry_backoff_max_secs).max(2),
+            step_timeout_secs: s(d.step_timeout_secs).max(30),
+            bios_applied_timeout_secs: s(d.bios_applied_timeout_secs).max(30),
+            reboot_timeout_secs: s(d.reboot_timeout_secs).max(60),
+            reboot_observation_window_secs: s(d.reboot_observation_window_secs).max(10),
+            registration_timeout_secs: s(d.registration_timeout_secs).max(60),
+            media_idle_period_secs: s(d.media_idle_period_secs).max(2),
+            media_min_bytes_read: 1024 * 1024,
+            min_install_duration_secs: s(d.min_install_duration_secs),
+            install_reboot_fallback_delay_secs: s(d.install_reboot_fallback_delay_secs).max(5),
+            secure_boot_settle_secs: s(d.secure_boot_settle_secs).max(2),
+            install_timeout_secs: s(d.install_timeout_secs).max(120),
+            deployment_timeout_secs: s(d.deployment_timeout_secs).max(600),
+            settle_delay_secs: s(d.settle_delay_secs),
+            step_call_timeout_secs: s(d.step_call_timeout_secs).max(10),
+            attach_media_call_timeout_secs: s(d.attach_media_call_timeout_secs).max(30),
+            secure_boot_call_timeout_secs: s(d.secure_boot_call_timeout_secs).max(30),
+            bmc_data_refresh_timeout_secs: s(d.bmc_data_refresh_timeout_secs).max(10),
+            ..d
+        }
+    }
+}
+
 /// Seconds as a `TimeDelta`, saturating so an absurd configuration cannot panic the decision code.
 pub(crate) fn secs(s: u64) -> TimeDelta {
     TimeDelta::try_seconds(i64::try_from(s).unwrap_or(i64::MAX / 1000)).unwrap_or(TimeDelta::MAX)

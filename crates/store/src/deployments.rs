@@ -173,7 +173,13 @@ impl Store {
         .await
         .map_err(StoreError::on_unique("running deployment on server", &new.server))?;
         let record: DeploymentRecord = row.try_into()?;
-        set_status(&mut *tx, &new.server, ServerStatus::Deploying, "deployment requested").await?;
+        set_status(
+            &mut *tx,
+            &new.server,
+            ServerStatus::Deploying,
+            "deployment requested",
+        )
+        .await?;
         crate::events::insert(
             &mut *tx,
             &new.server,
@@ -192,11 +198,12 @@ impl Store {
     }
 
     pub async fn deployment(&self, id: i64) -> Result<DeploymentRecord, StoreError> {
-        let row: Option<Row> =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM deployments WHERE id = $1")))
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?;
+        let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM deployments WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
         row.ok_or_else(|| not_found(id))?.try_into()
     }
 
@@ -228,7 +235,10 @@ impl Store {
         row.map(DeploymentRecord::try_from).transpose()
     }
 
-    pub async fn deployment_by_media_secret(&self, secret: &str) -> Result<Option<DeploymentRecord>, StoreError> {
+    pub async fn deployment_by_media_secret(
+        &self,
+        secret: &str,
+    ) -> Result<Option<DeploymentRecord>, StoreError> {
         let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM deployments WHERE media_secret = $1"
         )))
@@ -385,7 +395,13 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         } else {
-            set_status(&mut *tx, &record.server, ServerStatus::Deploying, machine.state.name()).await?;
+            set_status(
+                &mut *tx,
+                &record.server,
+                ServerStatus::Deploying,
+                machine.state.name(),
+            )
+            .await?;
         }
         finish(&mut tx).await?;
         tx.commit().await?;
@@ -403,7 +419,12 @@ impl Store {
 }
 
 /// Finds the server's live step job and makes it due now; with `revoke`, also takes the lease from its holder.
-async fn wake_step(queue: &Queue, tx: &mut PgConnection, server: &str, revoke: bool) -> Result<(), StoreError> {
+async fn wake_step(
+    queue: &Queue,
+    tx: &mut PgConnection,
+    server: &str,
+    revoke: bool,
+) -> Result<(), StoreError> {
     let job: Option<(i64, String)> = sqlx::query_as(
         "SELECT id, state FROM jobs WHERE resource_key = $1 AND state IN ('queued', 'running')",
     )

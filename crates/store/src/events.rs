@@ -26,14 +26,16 @@ pub(crate) async fn insert<'e>(
     fence: Option<i64>,
     detail: &Value,
 ) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO server_events (server, deployment_id, kind, fence, detail) VALUES ($1, $2, $3, $4, $5)")
-        .bind(server)
-        .bind(deployment_id)
-        .bind(kind)
-        .bind(fence)
-        .bind(detail)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "INSERT INTO server_events (server, deployment_id, kind, fence, detail) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(server)
+    .bind(deployment_id)
+    .bind(kind)
+    .bind(fence)
+    .bind(detail)
+    .execute(db)
+    .await?;
     Ok(())
 }
 

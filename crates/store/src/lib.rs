@@ -12,8 +12,8 @@ mod media;
 mod servers;
 
 pub use catalog::{
-    ApiToken, BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, ProvisioningToken, Role, Seed,
-    PUBLIC_ADDRESS,
+    ApiToken, BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS,
+    ProvisioningToken, Role, Seed,
 };
 pub use deployments::{DeploymentRecord, NewDeployment, STEP_KIND, queue_error, step_job};
 pub use error::StoreError;

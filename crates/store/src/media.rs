@@ -18,11 +18,14 @@ pub struct MediaRead {
     pub at: DateTime<Utc>,
 }
 
+/// Ranges of one (deployment, source) waiting to be merged, and the latest read among them.
+type Pending = (Vec<(u64, u64)>, DateTime<Utc>);
+
 impl Store {
     /// Merges a batch of reads into the stored range sets, one transaction for the whole batch. Rows are locked
     /// in key order so concurrent API instances cannot deadlock.
     pub async fn record_media_reads(&self, reads: &[MediaRead], max_ranges: usize) -> Result<(), StoreError> {
-        let mut merged: BTreeMap<(i64, String), (Vec<(u64, u64)>, DateTime<Utc>)> = BTreeMap::new();
+        let mut merged: BTreeMap<(i64, String), Pending> = BTreeMap::new();
         for r in reads {
             let e = merged
                 .entry((r.deployment_id, r.source.clone()))
@@ -70,12 +73,11 @@ impl Store {
         &self,
         deployment_id: i64,
     ) -> Result<(BTreeMap<String, RangeSet>, Option<DateTime<Utc>>), StoreError> {
-        let rows: Vec<(String, serde_json::Value, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT source, ranges, last_read_at FROM media_reads WHERE deployment_id = $1",
-        )
-        .bind(deployment_id)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows: Vec<(String, serde_json::Value, DateTime<Utc>)> =
+            sqlx::query_as("SELECT source, ranges, last_read_at FROM media_reads WHERE deployment_id = $1")
+                .bind(deployment_id)
+                .fetch_all(&self.pool)
+                .await?;
         let mut last = None;
         let mut sets = BTreeMap::new();
         for (source, ranges, at) in rows {

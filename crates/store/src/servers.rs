@@ -152,10 +152,11 @@ impl Store {
     }
 
     pub async fn list_servers(&self) -> Result<Vec<Server>, StoreError> {
-        let rows: Vec<ServerRow> =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM servers ORDER BY name")))
-                .fetch_all(&self.pool)
-                .await?;
+        let rows: Vec<ServerRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM servers ORDER BY name"
+        )))
+        .fetch_all(&self.pool)
+        .await?;
         Ok(rows.into_iter().map(Server::from).collect())
     }
 
@@ -226,11 +227,12 @@ pub async fn advance_fence<'e>(db: impl PgExecutor<'e>, name: &str, fence: i64) 
 }
 
 pub(crate) async fn server_in<'e>(db: impl PgExecutor<'e>, name: &str) -> Result<Server, StoreError> {
-    let row: Option<ServerRow> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM servers WHERE name = $1")))
-            .bind(name)
-            .fetch_optional(db)
-            .await?;
+    let row: Option<ServerRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM servers WHERE name = $1"
+    )))
+    .bind(name)
+    .fetch_optional(db)
+    .await?;
     row.map(Server::from).ok_or_else(|| not_found(name))
 }
 

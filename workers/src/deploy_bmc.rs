@@ -1,0 +1,625 @@
+//! The BMC half of a deployment step: fresh facts in, one action out.
+//!
+//! `racklift-deploy` decides from [`Facts`] and hands back an [`Action`]; this module is the
+//! only place where those meet a real BMC. It stays free of the database and the queue so the
+//! deployment handler can wrap it in leases and fenced writes, and so it can be tested against
+//! the simulator alone.
+//!
+//! Two rules shape it. A read that fails leaves its fact unknown (never "off", never "empty"),
+//! because an unknown fact keeps a wait waiting while a wrong one could end it early. And every
+//! failure is reported as an [`Outcome`] the state machine understands, with a message that
+//! names the action and the cause, so a dead letter explains itself without the logs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::error::Error as _;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use racklift_deploy::facts::{AttrValue, BiosFacts, Fingerprint, KeyDb, MediaSlot};
+use racklift_deploy::secure_boot::DbPlan;
+use racklift_deploy::{Action, Facts, Outcome, State};
+use racklift_redfish::{BmcClient, BootSourceOverrideTarget, ErrorClass, KeyDatabase, SlotRef};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// Which of the slower reads an observation needs. BIOS and key databases take several
+/// requests each, and most states never look at them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Want {
+    pub bios: bool,
+    pub secure_boot: bool,
+}
+
+impl Want {
+    /// Every read; for a state the caller cannot classify.
+    pub const ALL: Want = Want {
+        bios: true,
+        secure_boot: true,
+    };
+}
+
+/// The reads `state` may branch on. Generous on purpose: reading too much only costs time,
+/// reading too little makes a decision state count a spurious failure.
+pub fn want_for(state: State) -> Want {
+    use State as S;
+    let bios = matches!(
+        state,
+        S::RefreshBMCData
+            | S::CheckBIOS
+            | S::PowerOffBIOS
+            | S::WaitPowerOffBIOS
+            | S::ApplyBIOS
+            | S::PowerOnBIOS
+            | S::WaitBIOSApplied
+            | S::VerifyBIOS
+            | S::PowerOffBIOSDeferred
+            | S::WaitPowerOffBIOSDeferred
+            | S::ApplyBIOSDeferred
+            | S::PowerOnBIOSDeferred
+            | S::WaitBIOSAppliedDeferred
+            | S::VerifyBIOSDeferred
+    );
+    let secure_boot = matches!(
+        state,
+        S::RefreshBMCData
+            | S::VerifyBIOSDeferred
+            | S::PowerOffSecureBoot
+            | S::WaitPowerOffSecureBoot
+            | S::SecureBoot
+    );
+    Want { bios, secure_boot }
+}
+
+/// One observation of a BMC.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Observed {
+    /// `registered`, `media_progress` and `cancel` are left default: they come from the database.
+    pub facts: Facts,
+    /// The slot `facts.media` describes: the one passed in, or the one just selected (which the
+    /// caller persists, so later steps keep using the same device). `None` when none could be
+    /// selected.
+    pub slot: Option<SlotRef>,
+    /// One line per failed read, naming the read and the cause.
+    pub errors: Vec<String>,
+}
+
+/// Reads fresh facts from the BMC. Never fails as a whole: each failed read is left unknown
+/// and listed in [`Observed::errors`].
+pub async fn observe(client: &BmcClient, slot: Option<&SlotRef>, want: &Want) -> Observed {
+    let started = Instant::now();
+    let mut out = Observed::default();
+    let note = |what: &str, e: &racklift_redfish::Error, errors: &mut Vec<String>| {
+        let cause = describe(e);
+        tracing::warn!(
+            server = client.server(),
+            bmc_status = e.status(),
+            class = e.class().as_str(),
+            "{what} failed: {cause}"
+        );
+        errors.push(format!("{what}: {cause}"));
+    };
+
+    match client.read_system().await {
+        Ok(system) => {
+            out.facts.power = system.power_state.as_ref().and_then(|p| same_name(p.as_str()));
+            out.facts.last_reset_time = system.last_reset_time;
+            out.facts.boot_progress = system
+                .boot_progress
+                .as_ref()
+                .and_then(|p| p.last_state.as_ref())
+                .and_then(|s| same_name(s.as_str()));
+        }
+        Err(e) => note("read system", &e, &mut out.errors),
+    }
+
+    out.slot = match slot {
+        Some(slot) => Some(slot.clone()),
+        None => match client.select_cd_slot().await {
+            Ok(found) => Some(found.slot),
+            Err(e) => {
+                note("select virtual media slot", &e, &mut out.errors);
+                None
+            }
+        },
+    };
+    if let Some(slot) = &out.slot {
+        match client.read_media(slot).await {
+            Ok(media) => {
+                out.facts.media = Some(MediaSlot {
+                    inserted: media.has_media(),
+                    image: media.image.clone().filter(|i| !i.trim().is_empty()),
+                    transfer_method: media.transfer_method.as_ref().and_then(|t| same_name(t.as_str())),
+                });
+            }
+            Err(e) => note(&format!("read virtual media {slot}"), &e, &mut out.errors),
+        }
+    }
+
+    if want.bios {
+        // Both halves or neither: without the pending values a verification could not tell
+        // "staged, waiting for the reset" from "never staged".
+        match client.read_bios().await {
+            Ok(bios) => match client.pending_bios_attributes().await {
+                Ok(pending) => {
+                    out.facts.bios = Some(BiosFacts {
+                        current: attributes(&bios.attributes),
+                        pending: attributes(&pending),
+                    });
+                }
+                Err(e) => note("read pending BIOS attributes", &e, &mut out.errors),
+            },
+            Err(e) => note("read BIOS attributes", &e, &mut out.errors),
+        }
+    }
+
+    if want.secure_boot {
+        match client.read_key_databases().await {
+            Ok(dbs) => {
+                for db in &dbs {
+                    if let Some(id) = same_name::<KeyDb>(&db.database_id) {
+                        out.facts
+                            .key_dbs
+                            .insert(id, entries(db).into_iter().map(|(fp, _)| fp).collect());
+                    }
+                }
+            }
+            Err(e) => note("read key databases", &e, &mut out.errors),
+        }
+    }
+
+    tracing::debug!(
+        server = client.server(),
+        duration_ms = started.elapsed().as_millis() as u64,
+        failed_reads = out.errors.len(),
+        "observed BMC"
+    );
+    out
+}
+
+/// What an action needs besides the BMC.
+#[derive(Debug, Clone, Default)]
+pub struct ActContext {
+    /// PEM of each certificate a secure boot enrolment may add, keyed by
+    /// [`fingerprint_pem`] of that PEM (the plan only carries fingerprints).
+    pub certificates: BTreeMap<Fingerprint, String>,
+    /// Bound on the whole action (it may take several BMC calls, each with the client's own
+    /// deadline); the decision's `call_deadline_secs`. `None`: only the per-call deadlines.
+    pub deadline: Option<Duration>,
+}
+
+/// A failed BMC action, as a dead letter and a dashboard show it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BmcFailure {
+    /// [`ErrorClass::as_str`], or `client` for a mistake on our side (a missing certificate).
+    pub class: String,
+    pub status: Option<u16>,
+    pub message_id: Option<String>,
+    /// Names the action and the cause; never credentials.
+    pub message: String,
+}
+
+/// How an action ended: the outcome for `apply_outcome`, and the failure for the record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acted {
+    pub outcome: Outcome,
+    pub error: Option<BmcFailure>,
+}
+
+/// Executes one action against the BMC. `client` must carry the lease's fence: every mutation
+/// is refused without one.
+pub async fn act(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActContext) -> Acted {
+    let started = Instant::now();
+    let name = action_name(action);
+    let run = execute(client, slot, action, ctx);
+    let result = match ctx.deadline {
+        Some(deadline) => tokio::time::timeout(deadline, run)
+            .await
+            .unwrap_or(Err(StepError::ActionDeadline(deadline))),
+        None => run.await,
+    };
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let err = match result {
+        Ok(detail) => {
+            tracing::info!(
+                server = client.server(),
+                action = name,
+                duration_ms,
+                "BMC action done: {detail}"
+            );
+            return Acted {
+                outcome: Outcome::Succeeded,
+                error: None,
+            };
+        }
+        Err(err) => err,
+    };
+    let failure = err.failure(name);
+    let outcome = if failure.class == ErrorClass::Deadline.as_str() {
+        Outcome::DeadlineExpired
+    } else if err.is_retryable() {
+        Outcome::Retryable {
+            error: failure.message.clone(),
+        }
+    } else {
+        Outcome::Fatal {
+            error: failure.message.clone(),
+        }
+    };
+    tracing::warn!(
+        server = client.server(),
+        action = name,
+        duration_ms,
+        bmc_status = failure.status,
+        class = failure.class.as_str(),
+        message_id = failure.message_id.as_deref(),
+        "BMC action failed: {}",
+        failure.message
+    );
+    Acted {
+        outcome,
+        error: Some(failure),
+    }
+}
+
+/// SHA-256 of the certificate's DER, lower-case hex: what `openssl x509 -fingerprint -sha256`
+/// shows an operator writing an allow list. A body that is not valid base64 (the simulator's
+/// stand-ins) is hashed as text, so it still has a stable identity.
+pub fn fingerprint_pem(pem: &str) -> Fingerprint {
+    let body: String = pem
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .flat_map(|l| l.chars())
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let bytes = base64_decode(&body).unwrap_or_else(|| body.clone().into_bytes());
+    Fingerprint(format!("{:x}", Sha256::digest(&bytes)))
+}
+
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error("{}", describe(.0))]
+    Redfish(#[from] racklift_redfish::Error),
+    #[error("no PEM supplied for certificate {} to enroll into {db:?}", .fingerprint.0)]
+    MissingCertificate { db: KeyDb, fingerprint: Fingerprint },
+    #[error("the BMC does not expose key database {0:?}")]
+    NoDatabase(KeyDb),
+    #[error("action deadline of {} ms exceeded", .0.as_millis())]
+    ActionDeadline(Duration),
+}
+
+impl StepError {
+    fn is_retryable(&self) -> bool {
+        match self {
+            Self::Redfish(e) => e.is_retryable(),
+            Self::ActionDeadline(_) => true,
+            Self::MissingCertificate { .. } | Self::NoDatabase(_) => false,
+        }
+    }
+
+    fn failure(&self, action: &str) -> BmcFailure {
+        let (class, status, message_id) = match self {
+            Self::Redfish(e) => (e.class().as_str(), e.status(), e.message_id().map(str::to_owned)),
+            Self::MissingCertificate { .. } => (ErrorClass::Client.as_str(), None, None),
+            Self::NoDatabase(_) => (ErrorClass::Unsupported.as_str(), None, None),
+            Self::ActionDeadline(_) => (ErrorClass::Deadline.as_str(), None, None),
+        };
+        BmcFailure {
+            class: class.to_owned(),
+            status,
+            message_id,
+            message: format!("{action}: {self}"),
+        }
+    }
+}
+
+type Step<T = ()> = Result<T, StepError>;
+
+/// Runs the action; on success, says what the BMC did (for the log line `act` writes).
+async fn execute(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActContext) -> Step<String> {
+    const CD: BootSourceOverrideTarget = BootSourceOverrideTarget::Cd;
+    Ok(match action {
+        Action::RefreshBmcData => refresh(client, slot).await?,
+        Action::PowerOff => format!("{:?}", client.power_off().await?),
+        Action::PowerOn => format!("{:?}", client.power_on().await?),
+        Action::ApplyBios { attributes, .. } => {
+            let body: Map<String, Value> = attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), attr_json(v)))
+                .collect();
+            if body.is_empty() {
+                return Ok("nothing to stage".into());
+            }
+            let staged = client.stage_bios_attributes(body).await?;
+            format!(
+                "staged at {} (apply on reset: {}, task: {:?})",
+                staged.written_to,
+                staged.apply_time_on_reset,
+                staged.task.map(|t| t.uri)
+            )
+        }
+        Action::EnrollSecureBoot { dbs } => enroll(client, dbs, &ctx.certificates).await?,
+        Action::ClearMedia => format!("{slot} eject: {:?}", client.eject_media(slot).await?),
+        Action::AttachMedia { image_url } => {
+            let inserted = client.insert_media(slot, image_url).await?;
+            // Which override the BMC took matters later: a continuous one keeps booting the media.
+            let boot = client.set_boot_override(CD, None).await?;
+            format!(
+                "{slot} insert: {:?}, boot override accepted {} (reported {:?})",
+                inserted.method,
+                boot.accepted,
+                boot.reported.map(|r| r.to_string())
+            )
+        }
+        Action::DetachMedia => {
+            let eject = client.eject_media(slot).await?;
+            let cleared = client.clear_boot_override(CD).await?;
+            format!("{slot} eject: {eject:?}, boot override cleared: {cleared}")
+        }
+        // Media progress lives in the database; the installed server is left as it is.
+        Action::Cleanup => "nothing to do on the BMC".into(),
+        Action::CancelCleanup => {
+            // The power goes off even when the eject fails: a cancelled install must stop
+            // writing disks whatever state the media is in.
+            let eject = client.eject_media(slot).await;
+            let cleared = client.clear_boot_override(CD).await;
+            let power = client.power_off().await?;
+            format!(
+                "{slot} eject: {:?}, override cleared: {}, {power:?}",
+                eject?, cleared?
+            )
+        }
+    })
+}
+
+/// The decision state only needs to know the BMC answers; the facts themselves are observed
+/// again before the next decision. Resources a BMC simply lacks are not failures here.
+async fn refresh(client: &BmcClient, slot: &SlotRef) -> Step<String> {
+    client.read_system().await?;
+    client.read_media(slot).await?;
+    let tolerate_missing = |r: racklift_redfish::Result<()>| match r {
+        Err(e) if e.class() == ErrorClass::Unsupported => {
+            tracing::debug!(server = client.server(), "refresh: {}", describe(&e));
+            Ok(())
+        }
+        other => other,
+    };
+    tolerate_missing(client.read_bios().await.map(drop))?;
+    tolerate_missing(client.read_secure_boot().await.map(drop))?;
+    Ok("system, media, BIOS and secure boot readable".into())
+}
+
+/// Rewrites the listed key databases. Deletions run before enrolments and PK is enrolled last:
+/// firmware accepts unsigned writes to KEK, db and dbx only in setup mode, which an empty PK
+/// keeps. Re-reads first, so a retry after a partial write only does what is still missing.
+async fn enroll(
+    client: &BmcClient,
+    plans: &[(KeyDb, DbPlan)],
+    pems: &BTreeMap<Fingerprint, String>,
+) -> Step<String> {
+    let work: Vec<(KeyDb, &[Fingerprint], &[Fingerprint])> = plans
+        .iter()
+        .filter_map(|(db, plan)| match plan {
+            DbPlan::Correct => None,
+            DbPlan::Reinitialise { keep, enroll } => Some((*db, keep.as_slice(), enroll.as_slice())),
+        })
+        .collect();
+    if work.is_empty() {
+        return Ok("every key database is correct".into());
+    }
+    // Checked before anything is deleted: a missing PEM must not leave a database half empty.
+    for (db, _, enroll) in &work {
+        if let Some(fp) = enroll.iter().find(|fp| !pems.contains_key(*fp)) {
+            return Err(StepError::MissingCertificate {
+                db: *db,
+                fingerprint: fp.clone(),
+            });
+        }
+    }
+    let current = client.read_key_databases().await?;
+    let find = |dbs: &[KeyDatabase], db: KeyDb| -> Step<KeyDatabase> {
+        dbs.iter()
+            .find(|d| same_name::<KeyDb>(&d.database_id) == Some(db))
+            .cloned()
+            .ok_or(StepError::NoDatabase(db))
+    };
+    for (db, _, _) in &work {
+        find(&current, *db)?;
+    }
+    let (mut deleted, mut enrolled) = (0, 0);
+    let mut order = work.clone();
+    order.sort_by_key(|(db, _, _)| *db != KeyDb::PK);
+    for (db, keep, _) in order {
+        let keep: BTreeSet<&Fingerprint> = keep.iter().collect();
+        for (fp, uri) in entries(&find(&current, db)?) {
+            if !keep.contains(&fp) {
+                client.delete_key_entry(&uri).await?;
+                deleted += 1;
+                tracing::info!(
+                    server = client.server(),
+                    ?db,
+                    fingerprint = fp.0,
+                    "key entry deleted"
+                );
+            }
+        }
+    }
+    let after = client.read_key_databases().await?;
+    let mut order = work;
+    order.sort_by_key(|(db, _, _)| *db == KeyDb::PK);
+    for (db, _, enroll) in order {
+        let present: BTreeSet<Fingerprint> = entries(&find(&after, db)?)
+            .into_iter()
+            .map(|(fp, _)| fp)
+            .collect();
+        for fp in enroll.iter().filter(|fp| !present.contains(*fp)) {
+            let pem = pems.get(fp).ok_or_else(|| StepError::MissingCertificate {
+                db,
+                fingerprint: fp.clone(),
+            })?;
+            client.enroll_certificate(key_db_name(db), pem).await?;
+            enrolled += 1;
+            tracing::info!(
+                server = client.server(),
+                ?db,
+                fingerprint = fp.0,
+                "certificate enrolled"
+            );
+        }
+    }
+    Ok(format!(
+        "{deleted} key entries deleted, {enrolled} certificates enrolled"
+    ))
+}
+
+/// Every entry of a key database as (fingerprint, URI). A signature entry already is a hash,
+/// so its fingerprint is the hash itself, lower-cased.
+fn entries(db: &KeyDatabase) -> Vec<(Fingerprint, String)> {
+    let certs = db.certificates.iter().map(|c| {
+        let fp = fingerprint_pem(c.certificate_string.as_deref().unwrap_or_default());
+        (fp, c.odata_id.clone())
+    });
+    let sigs = db.signatures.iter().map(|s| {
+        let hash = s.signature_string.as_deref().unwrap_or_default();
+        (Fingerprint(hash.trim().to_ascii_lowercase()), s.odata_id.clone())
+    });
+    certs.chain(sigs).collect()
+}
+
+fn key_db_name(db: KeyDb) -> &'static str {
+    match db {
+        KeyDb::PK => "PK",
+        KeyDb::KEK => "KEK",
+        KeyDb::Db => "db",
+        KeyDb::Dbx => "dbx",
+    }
+}
+
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::RefreshBmcData => "refresh BMC data",
+        Action::PowerOff => "power off",
+        Action::PowerOn => "power on",
+        Action::ApplyBios { deferred: false, .. } => "apply BIOS",
+        Action::ApplyBios { deferred: true, .. } => "apply deferred BIOS",
+        Action::EnrollSecureBoot { .. } => "enroll secure boot keys",
+        Action::ClearMedia => "clear media",
+        Action::AttachMedia { .. } => "attach media",
+        Action::DetachMedia => "detach media",
+        Action::Cleanup => "cleanup",
+        Action::CancelCleanup => "cancel cleanup",
+    }
+}
+
+/// The error and its source chain: redfish errors keep the cause (a refused connection, a TLS
+/// alert) out of their own `Display`, and a dead letter without it explains nothing. URLs lose
+/// any user-info, so credentials never reach a message.
+fn describe(e: &racklift_redfish::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let _ = write!(text, ": {s}");
+        source = s.source();
+    }
+    redact_userinfo(&text)
+}
+
+fn redact_userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let authority_end = tail
+            .find(|c: char| c == '/' || c.is_whitespace() || c == ')')
+            .unwrap_or(tail.len());
+        match tail[..authority_end].rfind('@') {
+            Some(at) => {
+                out.push_str("***");
+                rest = &tail[at..];
+            }
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The deployment's copy of a Redfish enum, matched by wire name. A value this crate does not
+/// know (a newer schema's) stays unknown: it cannot be ordered, so it must not count as progress.
+fn same_name<T: DeserializeOwned>(name: &str) -> Option<T> {
+    serde_json::from_value(Value::String(name.to_owned())).ok()
+}
+
+/// Attributes the deployment can compare. Floats, nulls and structures have no
+/// [`AttrValue`]; no BIOS profile can ask for them, so they are left out.
+fn attributes(map: &Map<String, Value>) -> BTreeMap<String, AttrValue> {
+    map.iter()
+        .filter_map(|(k, v)| {
+            let v = match v {
+                Value::Bool(b) => AttrValue::Bool(*b),
+                Value::Number(n) => AttrValue::Int(n.as_i64()?),
+                Value::String(s) => AttrValue::Text(s.clone()),
+                _ => return None,
+            };
+            Some((k.clone(), v))
+        })
+        .collect()
+}
+
+fn attr_json(v: &AttrValue) -> Value {
+    match v {
+        AttrValue::Bool(b) => Value::Bool(*b),
+        AttrValue::Int(i) => Value::from(*i),
+        AttrValue::Text(s) => Value::String(s.clone()),
+    }
+}
+
+/// Standard base64 with optional padding; `None` on anything else.
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    if text.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_and_userinfo() {
+        assert_eq!(base64_decode("aGVsbG8="), Some(b"hello".to_vec()));
+        assert_eq!(base64_decode("aGVsbG8"), Some(b"hello".to_vec()));
+        assert_eq!(base64_decode("a?b"), None);
+        assert_eq!(
+            redact_userinfo("error sending request for url (https://root:calvin@10.0.0.1/redfish/v1)"),
+            "error sending request for url (https://***@10.0.0.1/redfish/v1)"
+        );
+        assert_eq!(
+            redact_userinfo("GET http://h/x: HTTP 503"),
+            "GET http://h/x: HTTP 503"
+        );
+    }
+}

@@ -1,0 +1,431 @@
+//! The `deployment.step` job: one lease advances one deployment as far as it can go without waiting.
+//!
+//! Each pass observes the BMC and the database, asks `racklift_deploy::decide` what to do, and does it. Before a
+//! BMC mutation the machine and the server's fence are committed together (invariant 3); after it, the outcome
+//! and the job's own next step (snooze, next job, completion or dead letter) commit together, fenced on the
+//! deployment's `seq` and the job's token. So a transition costs at most two transactions, and a worker that
+//! lost its lease writes nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use racklift_deploy::facts::{CancelRequest, Fingerprint, MediaProgress};
+use racklift_deploy::{Action, Config, Decision, Deployment, Facts, Jitter, Terminal, apply_outcome, decide};
+use racklift_queue::{Failure, HandlerResult, JobContext, JobRef, Outcome, Queue, RunAt};
+use racklift_redfish::{BmcClient, SlotRef};
+use racklift_store::{DeploymentRecord, Server, Store, StoreError, queue_error, step_job};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::bmc_access;
+use crate::deploy_bmc::{self, ActContext};
+
+/// What every deployment step shares.
+#[derive(Clone)]
+pub struct DeployStep {
+    pub store: Store,
+    pub config: Arc<Config>,
+    /// PEMs of the IncusOS certificates secure boot enrolls, by fingerprint.
+    pub certificates: Arc<BTreeMap<Fingerprint, String>>,
+}
+
+#[derive(Deserialize)]
+struct Payload {
+    deployment_id: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Access(bmc_access::AccessError),
+}
+
+/// How the lease ends.
+enum End {
+    Snooze(chrono::DateTime<Utc>),
+    Finished(Terminal),
+}
+
+impl DeployStep {
+    pub async fn run(self, ctx: JobContext) -> HandlerResult {
+        let payload: Payload = ctx
+            .job
+            .payload()
+            .map_err(|e| Failure::fatal(format!("deployment step payload: {e}")))?;
+        match self.advance(&ctx, payload.deployment_id).await {
+            Ok(()) => Ok(Outcome::Finished),
+            // Someone newer moved the deployment or took the lease: write nothing more.
+            Err(StepError::Store(StoreError::Stale { what, name })) => {
+                tracing::info!(deployment_id = payload.deployment_id, what, name = %name,
+                    "step stopped: a newer holder moved on");
+                Ok(Outcome::Finished)
+            }
+            Err(StepError::Access(e)) => Err(Failure::retryable(format!(
+                "deployment {}: {}",
+                payload.deployment_id,
+                error_chain(&e)
+            ))
+            .with_error_class("bmc_config")),
+            Err(StepError::Store(e)) => Err(Failure::retryable(format!(
+                "deployment {}: {}",
+                payload.deployment_id,
+                error_chain(&e)
+            ))
+            .with_error_class("database")),
+        }
+    }
+
+    async fn advance(&self, ctx: &JobContext, deployment_id: i64) -> Result<(), StepError> {
+        let store = &self.store;
+        let job = ctx.job_ref();
+        let mut stored = store.deployment(deployment_id).await?;
+        if stored.is_finished() {
+            return Ok(self.finish_job(ctx, job, &stored, None).await?);
+        }
+        let server = store.server(&stored.server).await?;
+        let call = Duration::from_secs(self.config.step_call_timeout_secs);
+        let client = match bmc_access::client_for(&server, call) {
+            Ok(client) => client.with_fence(racklift_redfish::Fence(job.fence)),
+            Err(e) => {
+                // Pre-flight checked the BMC settings; they changed since. Retried (the operator may fix them),
+                // then dead-lettered with the reason.
+                return Err(StepError::Access(e));
+            }
+        };
+        let mut slot: Option<SlotRef> = stored
+            .media_slot
+            .as_ref()
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok());
+        let mut d = stored.deployment.clone();
+        let mut events: Vec<(String, Option<i64>, Value)> = Vec::new();
+        let mut last_error: Option<Value> = None;
+        let mut budget = self.config.max_transitions_per_tick.max(1);
+        let end = loop {
+            if ctx.cancel.is_cancelled() {
+                return Ok(());
+            }
+            let facts = self.observe(&client, &mut slot, &stored, &server, &d).await?;
+            let now = Utc::now();
+            let step = decide(&d, &facts, now, &self.config);
+            if let Some(t) = step.transition {
+                events.push(("transition".into(), Some(job.fence), json!(t)));
+            }
+            d.machine = step.machine;
+            let facts_json = serde_json::to_value(&facts).unwrap_or(Value::Null);
+            match step.decision {
+                Decision::Continue => {
+                    budget -= 1;
+                    if budget == 0 {
+                        break (End::Snooze(now), facts_json);
+                    }
+                }
+                Decision::Snooze { until } => break (End::Snooze(until), facts_json),
+                Decision::Retry { at } => break (End::Snooze(at), facts_json),
+                Decision::Finished(t) => break (End::Finished(t), facts_json),
+                Decision::Act {
+                    action,
+                    call_deadline_secs,
+                } => {
+                    let deadline = Duration::from_secs(call_deadline_secs);
+                    if !ctx.lease.outlasts(deadline) {
+                        // Too little lease left to finish the call: let the next lease (with a fresh fence) do it.
+                        tracing::info!(server = %server.name, deployment_id, "lease too short for the call; deferring");
+                        break (End::Snooze(now), facts_json);
+                    }
+                    // Invariant 3: the machine and the server's fence commit before the BMC sees the call.
+                    let machine = d.machine.clone();
+                    let fence = job.fence;
+                    let name = server.name.clone();
+                    store
+                        .save_machine(
+                            &stored,
+                            &machine,
+                            &facts_json,
+                            None,
+                            &std::mem::take(&mut events),
+                            async |c| racklift_store::advance_fence(c, &name, fence).await,
+                        )
+                        .await?;
+                    stored.deployment.machine = machine;
+                    let Some(slot_ref) = slot.clone() else {
+                        // No device could be selected (read failed): the trigger counts a retry.
+                        let outcome = racklift_deploy::Outcome::Retryable {
+                            error: "no virtual media device could be read".into(),
+                        };
+                        let step = apply_outcome(&d, &outcome, Utc::now(), &self.config, jitter());
+                        d.machine = step.machine;
+                        match step.decision {
+                            Decision::Finished(t) => break (End::Finished(t), Value::Null),
+                            Decision::Retry { at } | Decision::Snooze { until: at } => {
+                                break (End::Snooze(at), Value::Null);
+                            }
+                            _ => break (End::Snooze(Utc::now()), Value::Null),
+                        }
+                    };
+                    let act_ctx = ActContext {
+                        certificates: (*self.certificates).clone(),
+                        deadline: Some(deadline),
+                    };
+                    let started = Instant::now();
+                    let bounded = client.with_deadline(deadline);
+                    let acted = tokio::select! {
+                        acted = deploy_bmc::act(&bounded, &slot_ref, &action, &act_ctx) => acted,
+                        // Lease lost (cancel or takeover): abandon the call; the new holder re-issues it.
+                        _ = ctx.cancel.cancelled() => return Ok(()),
+                    };
+                    let duration_ms = started.elapsed().as_millis() as u64;
+                    if matches!(
+                        action,
+                        Action::AttachMedia { .. } | Action::Cleanup | Action::CancelCleanup
+                    ) && acted.outcome == racklift_deploy::Outcome::Succeeded
+                    {
+                        store.drop_media_progress(stored.id).await?;
+                    }
+                    if let Some(err) = &acted.error {
+                        last_error = Some(json!({
+                            "state": d.machine.state.name(), "class": err.class, "bmc_status": err.status,
+                            "message_id": err.message_id, "message": err.message,
+                        }));
+                    }
+                    events.push((
+                        "bmc_call".into(),
+                        Some(job.fence),
+                        json!({ "action": action_label(&action), "outcome": format!("{:?}", acted.outcome),
+                                "error": acted.error.as_ref().map(|e| e.message.clone()),
+                                "bmc_status": acted.error.as_ref().and_then(|e| e.status),
+                                "duration_ms": duration_ms }),
+                    ));
+                    let step = apply_outcome(&d, &acted.outcome, Utc::now(), &self.config, jitter());
+                    if let Some(t) = step.transition {
+                        events.push(("transition".into(), Some(job.fence), json!(t)));
+                    }
+                    d.machine = step.machine;
+                    match step.decision {
+                        Decision::Finished(t) => break (End::Finished(t), Value::Null),
+                        Decision::Retry { at } | Decision::Snooze { until: at } => {
+                            break (End::Snooze(at), Value::Null);
+                        }
+                        Decision::Continue | Decision::Act { .. } => {
+                            budget -= 1;
+                            if budget == 0 {
+                                break (End::Snooze(Utc::now()), Value::Null);
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let (end, facts_json) = end;
+        let facts_json = if facts_json.is_null() {
+            stored.last_facts.clone().unwrap_or(Value::Null)
+        } else {
+            facts_json
+        };
+        let queue = ctx.queue.clone();
+        let machine = d.machine.clone();
+        let original_seq = stored.seq();
+        let record = stored.clone();
+        let context = failure_context(&record, &d, &facts_json, last_error.as_ref());
+        store
+            .save_machine(
+                &stored,
+                &machine,
+                &facts_json,
+                last_error.as_ref(),
+                &events,
+                async |c| end_job(&queue, c, job, &record, &machine, original_seq, end, context).await,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The deployment already ended (a duplicate job): complete this one.
+    async fn finish_job(
+        &self,
+        ctx: &JobContext,
+        job: JobRef,
+        _stored: &DeploymentRecord,
+        _t: Option<Terminal>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.store.pool().acquire().await?;
+        ctx.queue.complete(&mut conn, job).await.map_err(queue_error)
+    }
+
+    async fn observe(
+        &self,
+        client: &BmcClient,
+        slot: &mut Option<SlotRef>,
+        stored: &DeploymentRecord,
+        server: &Server,
+        d: &Deployment,
+    ) -> Result<Facts, StoreError> {
+        let want = deploy_bmc::want_for(d.machine.state);
+        let observed = deploy_bmc::observe(client, slot.as_ref(), &want).await;
+        if slot.is_none()
+            && let Some(selected) = &observed.slot
+        {
+            self.store
+                .set_media_slot(stored.id, &Value::String(selected.to_string()))
+                .await?;
+            *slot = Some(selected.clone());
+        }
+        let mut facts = observed.facts;
+        // Registration and cancel arrive through the API; read them fresh.
+        let current = self.store.server(&server.name).await?;
+        facts.registered = current.registered_at.is_some_and(|at| at >= stored.created_at);
+        let latest = self.store.deployment(stored.id).await?;
+        facts.cancel = latest.cancel.as_ref().map(|c| CancelRequest {
+            skip_cleanup: c.get("skip_cleanup").and_then(Value::as_bool).unwrap_or(false),
+        });
+        let (readers, last_read_at) = self.store.media_progress(stored.id).await?;
+        if !readers.is_empty() {
+            let own = bmc_host(&server.bmc_address);
+            if let Some(bytes_read) = racklift_deploy::ranges::bytes_read_for(&own, &readers) {
+                facts.media_progress = Some(MediaProgress {
+                    bytes_read,
+                    last_read_at,
+                });
+            }
+        }
+        Ok(facts)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn end_job(
+    queue: &Queue,
+    conn: &mut sqlx::PgConnection,
+    job: JobRef,
+    record: &DeploymentRecord,
+    machine: &racklift_deploy::Machine,
+    original_seq: i64,
+    end: End,
+    context: Value,
+) -> Result<(), StoreError> {
+    match end {
+        End::Snooze(until) if machine.seq as i64 == original_seq => queue
+            .snooze(conn, job, RunAt::At(until))
+            .await
+            .map_err(queue_error),
+        End::Snooze(until) => {
+            // A new transition: this job is done and the next step gets its own idempotency key.
+            queue.complete(conn, job).await.map_err(queue_error)?;
+            let next = step_job(record.id, &record.server, machine.seq).with_run_at(RunAt::At(until));
+            queue.enqueue(conn, &next).await.map_err(queue_error)?;
+            Ok(())
+        }
+        End::Finished(Terminal::Failed) => {
+            let failure = machine.failure.as_ref();
+            let message = format!(
+                "server {}: deployment failed in {} ({:?}): {}",
+                record.server,
+                failure.map(|f| f.state.name()).unwrap_or("unknown state"),
+                failure.map(|f| f.cause),
+                machine.last_error.as_deref().unwrap_or("no error recorded")
+            );
+            let class = context
+                .pointer("/last_error/class")
+                .and_then(Value::as_str)
+                .unwrap_or("deployment")
+                .to_owned();
+            let failure = Failure::fatal(message)
+                .with_error_class(class)
+                .with_context(context);
+            queue
+                .dead_letter(conn, job, "deployment_failed", &failure)
+                .await
+                .map(|_| ())
+                .map_err(queue_error)
+        }
+        End::Finished(_) => queue.complete(conn, job).await.map_err(queue_error),
+    }
+}
+
+/// What triage needs about a failed deployment.
+fn failure_context(
+    record: &DeploymentRecord,
+    d: &Deployment,
+    facts: &Value,
+    last_error: Option<&Value>,
+) -> Value {
+    json!({
+        "operation": "deployment",
+        "server": record.server,
+        "deployment_id": record.id,
+        "state": d.machine.failure.as_ref().map(|f| f.state.name()).unwrap_or(d.machine.state.name()),
+        "cause": d.machine.failure.as_ref().map(|f| format!("{:?}", f.cause)),
+        "first_error": d.machine.first_error,
+        "last_error": last_error,
+        "last_error_text": d.machine.last_error,
+        "retries": d.machine.retries,
+        "bios_fallbacks": d.machine.bios_fallbacks,
+        "last_facts": facts,
+    })
+}
+
+fn action_label(action: &Action) -> &'static str {
+    match action {
+        Action::RefreshBmcData => "refresh_bmc_data",
+        Action::PowerOff => "power_off",
+        Action::PowerOn => "power_on",
+        Action::ApplyBios { .. } => "apply_bios",
+        Action::EnrollSecureBoot { .. } => "enroll_secure_boot",
+        Action::ClearMedia => "clear_media",
+        Action::AttachMedia { .. } => "attach_media",
+        Action::DetachMedia => "detach_media",
+        Action::Cleanup => "cleanup",
+        Action::CancelCleanup => "cancel_cleanup",
+    }
+}
+
+/// The host part of a BMC URL: the address its media reads are expected from.
+fn bmc_host(address: &str) -> String {
+    reqwest_host(address).unwrap_or_default()
+}
+
+fn reqwest_host(address: &str) -> Option<String> {
+    let rest = address.split_once("://").map(|(_, r)| r).unwrap_or(address);
+    let authority = rest.split('/').next()?;
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => authority,
+    };
+    Some(host.trim_start_matches('[').trim_end_matches(']').to_owned())
+}
+
+fn jitter() -> Jitter {
+    Jitter::new(rand::random::<f64>())
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reqwest_host;
+
+    #[test]
+    fn bmc_host_is_the_address_media_reads_come_from() {
+        for (url, host) in [
+            ("http://127.0.0.1:8000/bmc/sim-0001", "127.0.0.1"),
+            ("https://bmc.example:443", "bmc.example"),
+            ("https://[::1]:8443/x", "::1"),
+            ("bmc.example", "bmc.example"),
+        ] {
+            assert_eq!(reqwest_host(url).as_deref(), Some(host), "{url}");
+        }
+    }
+}

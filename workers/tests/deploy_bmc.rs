@@ -1,0 +1,325 @@
+//! `deploy_bmc` against the BMC simulator, one test per vendor personality: observation,
+//! each kind of action, and how BMC failures become state-machine outcomes.
+
+use std::time::{Duration, Instant};
+
+use racklift_bmc_sim::{Faults, Personality, PersonalityChoice, Sim, SimConfig, SimHandle};
+use racklift_deploy::facts::{AttrValue, Fingerprint, KeyDb, PowerState};
+use racklift_deploy::secure_boot::DbPlan;
+use racklift_deploy::{Action, Outcome, State};
+use racklift_redfish::{
+    BmcClient, BmcConfig, BootSourceOverrideEnabled, BootSourceOverrideTarget, Credentials, Fence,
+    RetryPolicy, SlotRef, TlsMode,
+};
+use racklift_workers::deploy_bmc::{
+    ActContext, Acted, Observed, Want, act, fingerprint_pem, observe, want_for,
+};
+
+const PASSWORD_PROBE: &str = "not-the-password-xyzzy";
+
+async fn start(personality: Personality) -> SimHandle {
+    Sim::start(SimConfig::new(1, PersonalityChoice::Single(personality)).with_time_scale(0.001))
+        .await
+        .expect("simulator starts")
+}
+
+fn config(sim: &SimHandle) -> BmcConfig {
+    let (user, pass) = sim.credentials();
+    let mut config = BmcConfig::new(
+        sim.name(0),
+        sim.bmc_url(0),
+        Credentials::new(user, pass),
+        TlsMode::WebPkiRoots,
+    );
+    config.call_deadline = Duration::from_secs(10);
+    config.retry = RetryPolicy {
+        max_retries: 2,
+        min_delay: Duration::from_millis(5),
+        max_delay: Duration::from_millis(20),
+    };
+    config
+}
+
+fn client(sim: &SimHandle) -> BmcClient {
+    BmcClient::new(config(sim)).expect("client").with_fence(Fence(1))
+}
+
+/// Serves any path as a small image; Upload BMCs copy the whole image at insert.
+async fn image_server() -> String {
+    let app = axum::Router::new().fallback(|| async { vec![0u8; 64 << 10] });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind image server");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+/// Observes until `holds` (no fixed sleeps: a condition with a deadline); returns the match.
+async fn observe_until(
+    c: &BmcClient,
+    slot: &SlotRef,
+    what: &str,
+    holds: impl Fn(&Observed) -> bool,
+) -> Observed {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let observed = observe(c, Some(slot), &Want::default()).await;
+        if holds(&observed) {
+            return observed;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {observed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn act_ok(c: &BmcClient, slot: &SlotRef, action: Action, ctx: &ActContext) {
+    let acted = act(c, slot, &action, ctx).await;
+    assert_eq!(acted.outcome, Outcome::Succeeded, "{action:?}: {:?}", acted.error);
+}
+
+fn pem(label: &str) -> String {
+    format!("-----BEGIN CERTIFICATE-----\nUkFDS0xJRlQ{label}\n-----END CERTIFICATE-----\n")
+}
+
+async fn scenario(personality: Personality) {
+    let sim = start(personality).await;
+    let c = client(&sim);
+    let ctx = ActContext::default();
+
+    let first = observe(&c, None, &Want::ALL).await;
+    assert!(first.errors.is_empty(), "{personality:?}: {:?}", first.errors);
+    assert!(first.facts.power.is_some(), "{personality:?}");
+    assert!(first.facts.media.is_some(), "{personality:?}");
+    assert!(first.facts.bios.is_some(), "{personality:?}");
+    let slot = first.slot.clone().expect("a CD slot is selected");
+    let again = observe(&c, Some(&slot), &Want::default()).await;
+    assert_eq!(again.slot.as_ref(), Some(&slot));
+    assert!(again.facts.bios.is_none() && again.facts.key_dbs.is_empty());
+
+    act_ok(&c, &slot, Action::RefreshBmcData, &ctx).await;
+    act_ok(&c, &slot, Action::PowerOn, &ctx).await;
+    observe_until(&c, &slot, "power on", |o| o.facts.power == Some(PowerState::On)).await;
+    act_ok(&c, &slot, Action::PowerOff, &ctx).await;
+    observe_until(&c, &slot, "power off", |o| o.facts.power == Some(PowerState::Off)).await;
+    act_ok(&c, &slot, Action::PowerOff, &ctx).await;
+
+    let staged = Action::ApplyBios {
+        deferred: false,
+        attributes: vec![("ProcVirtualization".into(), AttrValue::Text("Disabled".into()))],
+    };
+    act_ok(&c, &slot, staged, &ctx).await;
+    let bios = observe(&c, Some(&slot), &Want::ALL)
+        .await
+        .facts
+        .bios
+        .expect("bios");
+    assert_eq!(
+        bios.pending.get("ProcVirtualization"),
+        Some(&AttrValue::Text("Disabled".into())),
+        "{personality:?}"
+    );
+
+    act_ok(&c, &slot, Action::ClearMedia, &ctx).await;
+    let image_url = format!("{}/{}.iso", image_server().await, sim.name(0));
+    let attach = Action::AttachMedia {
+        image_url: image_url.clone(),
+    };
+    act_ok(&c, &slot, attach, &ctx).await;
+    observe_until(&c, &slot, "media attached", |o| {
+        o.facts
+            .media
+            .as_ref()
+            .is_some_and(|m| m.inserted && m.image.as_deref() == Some(image_url.as_str()))
+    })
+    .await;
+    let boot = c.read_boot().await.expect("boot");
+    assert_eq!(boot.target, Some(BootSourceOverrideTarget::Cd), "{personality:?}");
+
+    act_ok(&c, &slot, Action::DetachMedia, &ctx).await;
+    observe_until(&c, &slot, "media detached", |o| {
+        o.facts.media.as_ref().is_some_and(|m| !m.inserted)
+    })
+    .await;
+    let boot = c.read_boot().await.expect("boot");
+    assert!(
+        boot.enabled == Some(BootSourceOverrideEnabled::Disabled)
+            || boot.target != Some(BootSourceOverrideTarget::Cd),
+        "{personality:?}: {boot:?}"
+    );
+    act_ok(&c, &slot, Action::Cleanup, &ctx).await;
+
+    // 5xx: retryable, with the status and the action in the message.
+    sim.set_faults(
+        0,
+        Faults {
+            status: Some(503),
+            ..Default::default()
+        },
+    );
+    let acted = act(&c, &slot, &Action::PowerOn, &ctx).await;
+    let Outcome::Retryable { error } = &acted.outcome else {
+        panic!("{personality:?}: 503 must be retryable: {acted:?}");
+    };
+    assert!(
+        error.starts_with("power on: ") && error.contains("503"),
+        "{error}"
+    );
+    let failure = acted.error.expect("failure");
+    assert_eq!((failure.class.as_str(), failure.status), ("busy", Some(503)));
+    let blind = observe(&c, Some(&slot), &Want::ALL).await;
+    assert_eq!(blind.facts.power, None, "a failed read stays unknown");
+    assert_eq!(blind.facts.media, None);
+    assert!(
+        blind.errors.iter().any(|e| e.starts_with("read system: ")),
+        "{:?}",
+        blind.errors
+    );
+    sim.set_faults(0, Faults::default());
+
+    // Wrong credentials: fatal, and the password never shows.
+    let mut wrong = config(&sim);
+    wrong.credentials = Credentials::new("admin", PASSWORD_PROBE);
+    let wrong = BmcClient::new(wrong).expect("client").with_fence(Fence(1));
+    let acted = act(&wrong, &slot, &Action::PowerOff, &ctx).await;
+    assert_fatal(&acted, "auth", "power off: ");
+    assert_eq!(acted.error.as_ref().and_then(|f| f.status), Some(401));
+    assert!(!format!("{acted:?}").contains(PASSWORD_PROBE));
+
+    secure_boot(personality, &c, &slot).await;
+}
+
+fn assert_fatal(acted: &Acted, class: &str, prefix: &str) {
+    let Outcome::Fatal { error } = &acted.outcome else {
+        panic!("expected a fatal outcome: {acted:?}");
+    };
+    assert!(error.starts_with(prefix), "{error}");
+    assert_eq!(
+        acted.error.as_ref().map(|f| f.class.as_str()),
+        Some(class),
+        "{acted:?}"
+    );
+}
+
+/// Enrols one certificate and then drops the vendor's entries from db; where the BMC has no
+/// key databases (HPE, Lenovo) the enrolment is fatal.
+async fn secure_boot(personality: Personality, c: &BmcClient, slot: &SlotRef) {
+    let ours = pem("T3Vycw");
+    let ours_fp = fingerprint_pem(&ours);
+    let mut ctx = ActContext::default();
+    let dbs = observe(c, Some(slot), &Want::ALL).await.facts.key_dbs;
+    let has_dbs = !matches!(personality, Personality::Hpe | Personality::Lenovo);
+    assert_eq!(!dbs.is_empty(), has_dbs, "{personality:?}: {dbs:?}");
+    let vendor = dbs.get(&KeyDb::Db).cloned().unwrap_or_default();
+    let enroll = |keep: Vec<Fingerprint>| Action::EnrollSecureBoot {
+        dbs: vec![(
+            KeyDb::Db,
+            DbPlan::Reinitialise {
+                keep,
+                enroll: vec![ours_fp.clone()],
+            },
+        )],
+    };
+
+    let acted = act(c, slot, &enroll(vendor.clone()), &ctx).await;
+    assert_fatal(&acted, "client", "enroll secure boot keys: ");
+    ctx.certificates.insert(ours_fp.clone(), ours.clone());
+    if !has_dbs {
+        assert_fatal(
+            &act(c, slot, &enroll(vec![]), &ctx).await,
+            "unsupported",
+            "enroll",
+        );
+        return;
+    }
+    act_ok(c, slot, enroll(vendor.clone()), &ctx).await;
+    let mut both = vendor.clone();
+    both.push(ours_fp.clone());
+    let db = |o: &Observed| o.facts.key_dbs.get(&KeyDb::Db).cloned().unwrap_or_default();
+    let got = db(&observe(c, Some(slot), &Want::ALL).await);
+    assert_eq!(got.len(), both.len(), "{personality:?}: {got:?}");
+    assert!(both.iter().all(|f| got.contains(f)));
+
+    // A replay keeps the one copy; then everything but ours goes.
+    act_ok(c, slot, enroll(vec![ours_fp.clone()]), &ctx).await;
+    let got = db(&observe(c, Some(slot), &Want::ALL).await);
+    assert_eq!(got, vec![ours_fp], "{personality:?}");
+}
+
+#[tokio::test]
+async fn generic() {
+    scenario(Personality::Generic).await;
+}
+
+#[tokio::test]
+async fn dell() {
+    scenario(Personality::Dell).await;
+}
+
+#[tokio::test]
+async fn hpe() {
+    scenario(Personality::Hpe).await;
+}
+
+#[tokio::test]
+async fn lenovo() {
+    scenario(Personality::Lenovo).await;
+}
+
+#[tokio::test]
+async fn supermicro() {
+    scenario(Personality::Supermicro).await;
+}
+
+#[test]
+fn wants_and_fingerprints() {
+    assert_eq!(
+        want_for(State::CheckBIOS),
+        Want {
+            bios: true,
+            secure_boot: false
+        }
+    );
+    assert_eq!(
+        want_for(State::SecureBoot),
+        Want {
+            bios: false,
+            secure_boot: true
+        }
+    );
+    assert_eq!(want_for(State::RefreshBMCData), Want::ALL);
+    assert_eq!(want_for(State::WaitInstall), Want::default());
+    // SHA-256 of the DER ("hello"), as `openssl x509 -fingerprint -sha256` shows it.
+    let pem = "-----BEGIN CERTIFICATE-----\naGVs\nbG8=\n-----END CERTIFICATE-----\n";
+    assert_eq!(
+        fingerprint_pem(pem).0,
+        "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+    );
+}
+
+#[tokio::test]
+async fn a_hanging_bmc_is_a_deadline_expiry() {
+    let sim = start(Personality::Generic).await;
+    let c = client(&sim);
+    let slot = observe(&c, None, &Want::default()).await.slot.expect("slot");
+    sim.set_faults(
+        0,
+        Faults {
+            hang: true,
+            ..Default::default()
+        },
+    );
+    let short_call = c.with_deadline(Duration::from_millis(200));
+    let acted = act(&short_call, &slot, &Action::PowerOff, &ActContext::default()).await;
+    assert_eq!(acted.outcome, Outcome::DeadlineExpired, "{acted:?}");
+    let short_action = ActContext {
+        deadline: Some(Duration::from_millis(200)),
+        ..Default::default()
+    };
+    let acted = act(&c, &slot, &Action::DetachMedia, &short_action).await;
+    assert_eq!(acted.outcome, Outcome::DeadlineExpired, "{acted:?}");
+    assert_eq!(acted.error.map(|f| f.class), Some("deadline".to_owned()));
+}
