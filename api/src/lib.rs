@@ -1,1 +1,165 @@
-//! The HTTP API.
+//! The HTTP API: the operator-facing REST surface under `/1.0`, the registration callback the installed OS
+//! calls, and the installation media server BMCs read from.
+//!
+//! Every request that changes something becomes rows in PostgreSQL (through `racklift-store`), never a direct
+//! BMC mutation: the only BMC traffic here is the read-only pre-flight check of the deploy endpoint.
+
+mod auth;
+mod catalog;
+pub mod demo;
+mod deploy;
+mod error;
+mod media;
+mod openapi;
+mod servers;
+mod validate;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{delete, get, post};
+use tokio_util::sync::CancellationToken;
+use tower_http::limit::RequestBodyLimitLayer;
+
+pub use error::{ApiError, ServeError};
+
+/// Settings of the media server.
+#[derive(Debug, Clone)]
+pub struct MediaConfig {
+    /// How often served ranges are written to `media_reads`: often enough for the install-idle signal,
+    /// rarely enough that a BMC reading 4 KiB blocks does not turn into a write per block.
+    pub flush_interval: Duration,
+    /// File name in the media URL; BMCs such as iDRAC insist on a recognisable extension.
+    pub file_name: String,
+}
+
+impl Default for MediaConfig {
+    fn default() -> Self {
+        MediaConfig {
+            flush_interval: Duration::from_millis(500),
+            file_name: "incusos.img".to_owned(),
+        }
+    }
+}
+
+/// Everything the API is configured with.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// The deployment state machine's timing: the deploy endpoint checks token validity against its overall
+    /// timeout, and the media server caps stored ranges with it.
+    pub deploy: racklift_deploy::Config,
+    pub media: MediaConfig,
+    /// Largest accepted request body; every body is small JSON, so anything larger is a mistake or an attack.
+    pub body_limit_bytes: usize,
+    /// Deadline of the BMC read made by the deploy pre-flight check.
+    pub bmc_read_timeout: Duration,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            deploy: racklift_deploy::Config::default(),
+            media: MediaConfig::default(),
+            body_limit_bytes: 1024 * 1024,
+            bmc_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What every handler shares. Cloning is cheap.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: racklift_store::Store,
+    pub queue: racklift_queue::Queue,
+    pub config: Arc<ApiConfig>,
+    media_reads: media::Recorder,
+}
+
+impl AppState {
+    pub fn new(store: racklift_store::Store, queue: racklift_queue::Queue, config: ApiConfig) -> AppState {
+        AppState {
+            store,
+            queue,
+            config: Arc::new(config),
+            media_reads: media::Recorder::default(),
+        }
+    }
+
+    /// Writes the media ranges served so far. [`serve`] calls it periodically and at shutdown; exposed so an
+    /// embedder using [`router`] alone can drive it.
+    pub async fn flush_media_reads(&self) -> Result<(), racklift_store::StoreError> {
+        self.media_reads
+            .flush(&self.store, self.config.deploy.media_max_ranges)
+            .await
+    }
+}
+
+/// The whole API as a router. Media reads are recorded in memory; [`serve`] flushes them.
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.body_limit_bytes;
+    let api = Router::new()
+        .route("/servers", get(servers::list).post(servers::create))
+        .route(
+            "/servers/{name}",
+            get(servers::show).patch(servers::update).delete(servers::remove),
+        )
+        .route("/servers/{name}/events", get(servers::events))
+        .route("/tokens", get(catalog::list_tokens).post(catalog::create_token))
+        .route(
+            "/tokens/{token}",
+            get(catalog::show_token).delete(catalog::delete_token),
+        )
+        .route(
+            "/tokens/{token}/seeds",
+            get(catalog::list_seeds).post(catalog::create_seed),
+        )
+        .route(
+            "/bios-profiles",
+            get(catalog::list_profiles).post(catalog::put_profile),
+        )
+        .route("/bios-profiles/{name}", delete(catalog::delete_profile))
+        .route("/images", get(catalog::list_images).post(catalog::create_image))
+        .route(
+            "/settings/public-address",
+            get(catalog::get_public_address).put(catalog::put_public_address),
+        )
+        .route("/provisioning/servers", post(deploy::register))
+        // A segment cannot mix a capture with literal text in axum 0.8, so `{name}:deploy` is captured whole
+        // and split on `:` (a character server names cannot contain).
+        .route("/provisioning/servers/{name_action}", post(deploy::action))
+        .route("/openapi.json", get(openapi::document));
+    Router::new()
+        .nest("/1.0", api)
+        .route(
+            "/media/{secret}/{file}",
+            get(media::serve_media).head(media::serve_media),
+        )
+        .fallback(error::not_found)
+        // The limit sits inside the error rewriter so its plain-text 413 gets the error shape too.
+        .layer(RequestBodyLimitLayer::new(limit))
+        .layer(axum::middleware::map_response(error::json_errors))
+        .with_state(state)
+}
+
+/// Serves the API on `listener` until `shutdown` fires, with the media read flusher alongside; the flusher
+/// writes once more after the server drained so no served range is lost.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let flusher = tokio::spawn(media::flush_loop(state.clone(), shutdown.clone()));
+    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let token = shutdown.clone();
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { token.cancelled().await })
+        .await;
+    shutdown.cancel();
+    flusher.await.ok();
+    if let Err(error) = state.flush_media_reads().await {
+        tracing::error!(%error, "final media read flush failed");
+    }
+    served.map_err(ServeError::Io)
+}

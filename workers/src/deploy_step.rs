@@ -132,8 +132,11 @@ impl DeployStep {
                     call_deadline_secs,
                 } => {
                     let deadline = Duration::from_secs(call_deadline_secs);
-                    if !ctx.lease.outlasts(deadline) {
-                        // Too little lease left to finish the call: let the next lease (with a fresh fence) do it.
+                    // A call may outlive one lease period (attach media takes minutes); heartbeats renew the lease
+                    // while it runs. What must not happen is starting a mutation on a lease about to lapse, so at
+                    // least half a lease period (or the whole call, if shorter) has to be left.
+                    let needed = deadline.min(ctx.queue.config().lease_ttl / 2);
+                    if !ctx.lease.outlasts(needed) {
                         tracing::info!(server = %server.name, deployment_id, "lease too short for the call; deferring");
                         break (End::Snooze(now), facts_json);
                     }

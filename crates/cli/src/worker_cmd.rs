@@ -53,16 +53,34 @@ impl PoolArgs {
 pub struct Args {
     #[command(flatten)]
     pool: PoolArgs,
+    /// Deployment timing for simulated hardware at this time scale (as `racklift bmc-sim --time-scale`); real
+    /// hardware timing when absent.
+    #[arg(long)]
+    sim_time_scale: Option<f64>,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let pool = db::connect(&db::require_database_url()?, 16).await?;
     db::migrate(&pool).await?;
-    let queue = Queue::new(pool, args.pool.queue_config());
+    let queue = Queue::new(pool.clone(), args.pool.queue_config());
+    let config = match args.sim_time_scale {
+        Some(scale) => racklift_deploy::Config::for_simulation(scale),
+        None => racklift_deploy::Config::default(),
+    };
+    config.validate()?;
+    let step = racklift_workers::DeployStep {
+        store: racklift_store::Store::new(pool),
+        config: std::sync::Arc::new(config),
+        certificates: std::sync::Arc::new(Default::default()),
+    };
     let shutdown = shutdown_on_signal();
-    WorkerPool::new(queue, racklift_workers::registry(), args.pool.worker_config())
-        .run(shutdown)
-        .await;
+    WorkerPool::new(
+        queue,
+        racklift_workers::full_registry(step),
+        args.pool.worker_config(),
+    )
+    .run(shutdown)
+    .await;
     Ok(())
 }
 

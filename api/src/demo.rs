@@ -1,0 +1,170 @@
+//! The catalog `racklift up` and the end-to-end tests start from: servers for a rack of BMCs, a provisioning
+//! token with a public seed, a BIOS profile, a generated image, the public address, and an admin API token.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use chrono::{Duration as TimeDelta, Utc};
+use racklift_store::{
+    Image, NewBiosProfile, NewImage, NewSeed, NewServer, NewToken, PUBLIC_ADDRESS, Role, ServerUpdate, Store,
+    StoreError,
+};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+/// One BMC of the rack.
+#[derive(Debug, Clone)]
+pub struct RackServer {
+    pub name: String,
+    pub bmc_url: String,
+    pub vendor: String,
+}
+
+/// What was created.
+#[derive(Debug, Clone)]
+pub struct DemoCatalog {
+    pub admin_token: String,
+    pub token: Uuid,
+    pub seed: String,
+    pub image: Image,
+}
+
+/// Writes a deterministic image of `size` bytes (a pseudo-random stream, so ranges differ) and returns its
+/// path and SHA-256.
+pub fn generate_image(dir: &Path, size: u64) -> std::io::Result<(PathBuf, String)> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("incusos-demo.img");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    let mut hasher = Sha256::new();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut block = vec![0u8; 64 * 1024];
+    let mut left = size;
+    while left > 0 {
+        for chunk in block.chunks_mut(8) {
+            // xorshift64: fast, deterministic filler.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let bytes = state.to_le_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
+        let n = left.min(block.len() as u64) as usize;
+        file.write_all(&block[..n])?;
+        hasher.update(&block[..n]);
+        left -= n as u64;
+    }
+    file.flush()?;
+    let sha = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    Ok((path, sha))
+}
+
+/// Creates the catalog for `servers`. `password_ref` is how every BMC's password is found (`file:PATH`).
+pub async fn seed_catalog(
+    store: &Store,
+    servers: &[RackServer],
+    username: &str,
+    password_ref: &str,
+    public_address: &str,
+    image: (&Path, u64, &str),
+) -> Result<DemoCatalog, StoreError> {
+    for s in servers {
+        let created = store
+            .create_server(&NewServer {
+                name: s.name.clone(),
+                bmc_address: s.bmc_url.clone(),
+                bmc_username: username.to_owned(),
+                bmc_password_ref: Some(password_ref.to_owned()),
+                bmc_cert_pin: None,
+                bmc_insecure: false,
+                vendor_hint: Some(s.vendor.clone()),
+            })
+            .await;
+        match created {
+            Ok(_) => {}
+            // A restart of `racklift up`: the simulator listens on a new port, so the BMC moved.
+            Err(StoreError::Conflict { .. }) => {
+                store
+                    .update_server(
+                        &s.name,
+                        &ServerUpdate {
+                            bmc_address: Some(s.bmc_url.clone()),
+                            bmc_username: Some(username.to_owned()),
+                            bmc_password_ref: Some(password_ref.to_owned()),
+                            ..ServerUpdate::default()
+                        },
+                    )
+                    .await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let token = store
+        .create_token(&NewToken {
+            description: "demo rack".into(),
+            uses_remaining: (servers.len() as i32).max(1) * 4,
+            expires_at: Utc::now() + TimeDelta::days(30),
+        })
+        .await?;
+    let seed = store
+        .create_seed(
+            token.token,
+            &NewSeed {
+                name: "default".into(),
+                public: true,
+                install_config: json!({ "force_reboot": true }),
+            },
+        )
+        .await?;
+    store
+        .put_bios_profile(&NewBiosProfile {
+            name: "incusos-baseline".into(),
+            // Two passes: SR-IOV is only accepted once the IOMMU setting is in effect.
+            attributes: json!({ "BootMode": "Uefi", "IommuSupport": "Enabled" }),
+            deferred_attributes: json!({ "SriovGlobalEnable": "Enabled" }),
+            ..NewBiosProfile::default()
+        })
+        .await?;
+    let (path, size, sha256) = image;
+    let new_image = NewImage {
+        image_type: "iso".into(),
+        architecture: "x86_64".into(),
+        channel: "stable".into(),
+        path: path.display().to_string(),
+        size_bytes: size as i64,
+        sha256: sha256.to_owned(),
+    };
+    let image = match store.create_image(&new_image).await {
+        Ok(image) => image,
+        Err(StoreError::Conflict { name, .. }) => store
+            .images()
+            .await?
+            .into_iter()
+            .find(|i| {
+                i.image_type == new_image.image_type
+                    && i.architecture == new_image.architecture
+                    && i.channel == new_image.channel
+            })
+            .ok_or(StoreError::NotFound { what: "image", name })?,
+        Err(e) => return Err(e),
+    };
+    store.put_setting(PUBLIC_ADDRESS, &json!(public_address)).await?;
+    let admin_token = racklift_store::new_secret();
+    store.put_api_token("admin", &admin_token, Role::Admin).await?;
+    Ok(DemoCatalog {
+        admin_token,
+        token: token.token,
+        seed: seed.name,
+        image,
+    })
+}
+
+/// The deploy request body for a demo server. The HPE-like and Lenovo-like simulated BMCs (like the real ones)
+/// do not let Redfish modify the UEFI key databases, so their deployments skip the secure boot certificates.
+pub fn deploy_request(catalog: &DemoCatalog, vendor: &str) -> serde_json::Value {
+    json!({
+        "token": catalog.token,
+        "seed": catalog.seed,
+        "skip_secure_boot_certificates": matches!(vendor, "hpe" | "lenovo"),
+    })
+}

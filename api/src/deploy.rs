@@ -1,0 +1,550 @@
+//! `/1.0/provisioning/servers`: the deploy and cancel actions, and the registration callback of the installed
+//! OS. Deploy runs every pre-flight check of the spec up front, so an impossible deployment is rejected with a
+//! code naming the cause instead of failing minutes later in a worker.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use racklift_deploy::facts::{AttrValue, Fingerprint, KeyDb};
+use racklift_deploy::record::{BiosPlan, SecureBootPlan};
+use racklift_deploy::secure_boot::{AllowOverrides, layer_allow_lists};
+use racklift_deploy::{Deployment, Plan};
+use racklift_redfish::{ErrorClass, MediaSlot};
+use racklift_store::{
+    BiosProfile, Image, NewDeployment, PUBLIC_ADDRESS, Role, Server, ServerStatus, StoreError,
+};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::servers::deployment_view;
+use crate::validate;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeployRequest {
+    token: Option<String>,
+    seed: Option<String>,
+    #[serde(default)]
+    force: bool,
+    image_type: Option<String>,
+    architecture: Option<String>,
+    channel: Option<String>,
+    media_device: Option<String>,
+    #[serde(default)]
+    skip_secure_boot_certificates: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CancelRequest {
+    #[serde(default)]
+    skip_cleanup: bool,
+}
+
+/// Actions are parsed after routing because the body shape depends on the action; an empty body is `{}`.
+fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
+}
+
+/// `POST /1.0/provisioning/servers/{name}:{action}`.
+pub async fn action(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name_action): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (name, action) = name_action.split_once(':').ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "expected {name}:deploy or {name}:cancel-deploy",
+        )
+    })?;
+    caller.require(Role::Operator)?;
+    match action {
+        "deploy" => deploy(&state, &caller, name, &headers, parse_body(&body)?).await,
+        "cancel-deploy" => cancel(&state, &caller, name, parse_body(&body)?).await,
+        other => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("unknown action {other:?}"),
+        )),
+    }
+}
+
+fn not_found_as(code: &'static str, status: StatusCode, field: &str) -> impl FnOnce(StoreError) -> ApiError {
+    move |e| match e {
+        StoreError::NotFound { .. } => ApiError::new(status, code, e.to_string()).field(field),
+        other => other.into(),
+    }
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    match v.to_str() {
+        Ok(s) if !s.is_empty() && s.len() <= 255 => Ok(Some(s.to_owned())),
+        _ => Err(ApiError::invalid(
+            "Idempotency-Key",
+            "must be 1 to 255 visible ASCII characters",
+        )),
+    }
+}
+
+async fn deploy(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    headers: &HeaderMap,
+    req: DeployRequest,
+) -> Result<Response, ApiError> {
+    let store = &state.store;
+    let key = idempotency_key(headers)?;
+    let server =
+        store
+            .server(name)
+            .await
+            .map_err(not_found_as("server_not_found", StatusCode::NOT_FOUND, "name"))?;
+    // A retry answers with the original deployment even though it now fails "deployment running".
+    if let Some(key) = &key
+        && let Some(existing) = store.deployment_by_idempotency_key(name, key).await?
+    {
+        return Ok((StatusCode::OK, Json(deployment_view(store, &existing).await?)).into_response());
+    }
+    if server.status == ServerStatus::Registered {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "server_registered",
+            "the server is already registered",
+        )
+        .field("name"));
+    }
+    if !server.bmc_configured() {
+        return Err(ApiError::unprocessable(
+            "bmc_not_configured",
+            "bmc_address",
+            "the server needs a BMC address, username and password reference",
+        ));
+    }
+    if let Some(d) = store.latest_deployment(name).await?
+        && !d.is_finished()
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "deployment_running",
+            format!("deployment {} is still running", d.id),
+        )
+        .field("name"));
+    }
+
+    let token_text = req
+        .token
+        .as_deref()
+        .ok_or_else(|| ApiError::invalid("token", "required"))?;
+    let token_id: Uuid = token_text
+        .parse()
+        .map_err(|_| ApiError::invalid("token", "not a UUID"))?;
+    let token = store.token(token_id).await.map_err(not_found_as(
+        "token_not_found",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "token",
+    ))?;
+    if token.uses_remaining <= 0 {
+        return Err(ApiError::unprocessable(
+            "token_exhausted",
+            "token",
+            "the token has no uses remaining",
+        ));
+    }
+    let timeout = i64::try_from(state.config.deploy.deployment_timeout_secs).unwrap_or(i64::MAX / 1000);
+    let needed_until = Utc::now() + chrono::TimeDelta::try_seconds(timeout).unwrap_or(chrono::TimeDelta::MAX);
+    if token.expires_at < needed_until {
+        return Err(ApiError::unprocessable(
+            "token_expires_too_soon",
+            "token",
+            format!(
+                "the token expires at {}, before the deployment could time out ({needed_until}); the server registers at the very end",
+                token.expires_at
+            ),
+        ));
+    }
+
+    let seed_name = req
+        .seed
+        .as_deref()
+        .ok_or_else(|| ApiError::invalid("seed", "required"))?;
+    validate::name("seed", seed_name)?;
+    let seed = store.seed(token_id, seed_name).await.map_err(not_found_as(
+        "seed_not_found",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "seed",
+    ))?;
+    if !seed.public {
+        return Err(ApiError::unprocessable(
+            "seed_not_public",
+            "seed",
+            "the token seed is not public",
+        ));
+    }
+    if !seed.force_reboot() && !req.force {
+        return Err(ApiError::unprocessable(
+            "seed_needs_force_reboot",
+            "force",
+            "the seed's install config does not set force_reboot; set force to rely on media read progress alone",
+        ));
+    }
+    let public_address = store
+        .setting(PUBLIC_ADDRESS)
+        .await?
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            ApiError::unprocessable(
+                "public_address_unset",
+                "public_address",
+                "set /1.0/settings/public-address first",
+            )
+        })?;
+    let image = select_image(store.images().await?, &req)?;
+    let profiles: Vec<BiosProfile> = store
+        .bios_profiles()
+        .await?
+        .into_iter()
+        .filter(|p| profile_matches(p, &server))
+        .collect();
+    let (bios, secure_boot) = resolve_profiles(&profiles);
+    // Last: the only check that talks to the BMC, so cheap rejections come first.
+    let slot = select_slot(state, &server, req.media_device.as_deref()).await?;
+
+    let media_secret = racklift_store::new_secret();
+    let force_reboot = seed.force_reboot();
+    let registration_url = format!("{public_address}/1.0/provisioning/servers");
+    let plan = Plan {
+        image_url: format!(
+            "{public_address}/media/{media_secret}/{}?token={token_id}&registration_url={}&force_reboot={force_reboot}",
+            state.config.media.file_name,
+            query_escape(&registration_url),
+        ),
+        image_size_bytes: u64::try_from(image.size_bytes).ok(),
+        force: req.force && !force_reboot,
+        skip_secure_boot_certificates: req.skip_secure_boot_certificates,
+        bios,
+        secure_boot,
+    };
+    let new = NewDeployment {
+        server: name.to_owned(),
+        media_secret,
+        image_id: image.id,
+        token: token_id,
+        seed: seed.name.clone(),
+        deployment: Deployment::new(plan, Utc::now()),
+        media_slot: Some(Value::String(slot.slot.to_string())),
+        idempotency_key: key,
+        requested_by: caller.name().to_owned(),
+    };
+    let (record, created) = state
+        .store
+        .create_deployment(&state.queue, &new)
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "deployment_running", e.to_string()).field("name")
+            }
+            other => other.into(),
+        })?;
+    tracing::info!(
+        server = name,
+        deployment_id = record.id,
+        created,
+        by = caller.name(),
+        profiles = ?profiles.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        "deployment requested"
+    );
+    let status = if created {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(deployment_view(store, &record).await?)).into_response())
+}
+
+/// The newest image matching every filter the request gives.
+fn select_image(images: Vec<Image>, req: &DeployRequest) -> Result<Image, ApiError> {
+    let want = |filter: &Option<String>, v: &str| filter.as_deref().is_none_or(|f| f == v);
+    images
+        .into_iter()
+        .filter(|i| {
+            want(&req.image_type, &i.image_type)
+                && want(&req.architecture, &i.architecture)
+                && want(&req.channel, &i.channel)
+        })
+        .max_by_key(|i| i.id)
+        .ok_or_else(|| {
+            ApiError::unprocessable(
+                "image_not_found",
+                "image_type",
+                "no image matches the requested type, architecture and channel",
+            )
+        })
+}
+
+fn profile_matches(p: &BiosProfile, server: &Server) -> bool {
+    let Some(rules) = p.match_rules.as_object() else {
+        return true;
+    };
+    rules.iter().all(|(k, v)| match (k.as_str(), v.as_str()) {
+        ("vendor", Some(vendor)) => server
+            .vendor_hint
+            .as_deref()
+            .is_some_and(|h| h.eq_ignore_ascii_case(vendor)),
+        ("name_prefix", Some(prefix)) => server.name.starts_with(prefix),
+        _ => false,
+    })
+}
+
+/// A profile attribute as the BIOS plan holds it; `None` for shapes Redfish attributes cannot have.
+pub fn attr_value(v: &Value) -> Option<AttrValue> {
+    match v {
+        Value::Bool(b) => Some(AttrValue::Bool(*b)),
+        Value::Number(n) => n.as_i64().map(AttrValue::Int),
+        Value::String(s) => Some(AttrValue::Text(s.clone())),
+        _ => None,
+    }
+}
+
+/// A profile's `secure_boot` section: `{"db": ["<sha256>", ...]}` keeps the listed entries;
+/// `{"db": {"<sha256>": true|false|null}}` is the full override form. `None` when it has neither shape.
+pub fn allow_overrides(v: &Value) -> Option<AllowOverrides> {
+    let mut out = AllowOverrides::new();
+    let Some(map) = v.as_object() else {
+        return v.is_null().then_some(out);
+    };
+    for (db, entries) in map {
+        let db: KeyDb = serde_json::from_value(Value::String(db.clone())).ok()?;
+        let mut verdicts = BTreeMap::new();
+        match entries {
+            Value::Array(list) => {
+                for fp in list {
+                    verdicts.insert(Fingerprint(fp.as_str()?.to_owned()), Some(true));
+                }
+            }
+            Value::Object(o) => {
+                for (fp, verdict) in o {
+                    let verdict = match verdict {
+                        Value::Bool(b) => Some(*b),
+                        Value::Null => None,
+                        _ => return None,
+                    };
+                    verdicts.insert(Fingerprint(fp.clone()), verdict);
+                }
+            }
+            _ => return None,
+        }
+        out.insert(db, verdicts);
+    }
+    Some(out)
+}
+
+/// Merges matching profiles, lowest priority first, so higher priorities win attribute by attribute.
+fn resolve_profiles(profiles: &[BiosProfile]) -> (BiosPlan, SecureBootPlan) {
+    let mut bios = BiosPlan::default();
+    let mut layers = Vec::new();
+    for p in profiles {
+        for (src, dst) in [
+            (&p.attributes, &mut bios.attributes),
+            (&p.deferred_attributes, &mut bios.deferred_attributes),
+        ] {
+            for (k, v) in src.as_object().into_iter().flatten() {
+                if let Some(v) = attr_value(v) {
+                    dst.insert(k.clone(), v);
+                }
+            }
+        }
+        layers.extend(allow_overrides(&p.secure_boot));
+    }
+    let secure_boot = SecureBootPlan {
+        // No built-in IncusOS certificate set exists in the catalog yet; the worker's plan covers enrolment.
+        incusos: BTreeMap::new(),
+        allow: layer_allow_lists(&BTreeMap::new(), &layers),
+    };
+    (bios, secure_boot)
+}
+
+/// Reads the BMC's virtual media: the named device, else the first CD/DVD slot (system before manager), else
+/// any slot. Only a BMC with no virtual media at all is rejected.
+async fn select_slot(state: &AppState, server: &Server, device: Option<&str>) -> Result<MediaSlot, ApiError> {
+    use racklift_workers::bmc_access::{AccessError, client_for};
+    let client = client_for(server, state.config.bmc_read_timeout).map_err(|e| match e {
+        AccessError::NotConfigured { .. } => {
+            ApiError::unprocessable("bmc_not_configured", "bmc_address", e.to_string())
+        }
+        AccessError::BadPin { .. } => {
+            ApiError::unprocessable("bmc_cert_pin_invalid", "bmc_cert_pin", e.to_string())
+        }
+        AccessError::BadReference { .. } | AccessError::Unreadable { .. } => {
+            ApiError::unprocessable("bmc_password_unreadable", "bmc_password_ref", e.to_string())
+        }
+        AccessError::Client { .. } => ApiError::unprocessable("bmc_client", "bmc_address", format!("{e:#}")),
+    })?;
+    let no_media = || {
+        ApiError::unprocessable(
+            "no_virtual_media",
+            "media_device",
+            "the BMC reports no virtual media device",
+        )
+    };
+    let bmc_error = |e: racklift_redfish::Error| match e.class() {
+        ErrorClass::Unsupported => no_media(),
+        ErrorClass::Auth => ApiError::unprocessable("bmc_auth_failed", "bmc_username", e.to_string()),
+        _ => ApiError::new(StatusCode::BAD_GATEWAY, "bmc_unreachable", e.to_string()).field("bmc_address"),
+    };
+    if let Some(device) = device {
+        let slots = client.list_virtual_media().await.map_err(bmc_error)?;
+        if slots.is_empty() {
+            return Err(no_media());
+        }
+        return slots
+            .into_iter()
+            .find(|s| s.slot.id == device || s.slot.to_string() == device)
+            .ok_or_else(|| {
+                ApiError::unprocessable(
+                    "media_device_not_found",
+                    "media_device",
+                    format!("the BMC has no virtual media device {device:?}"),
+                )
+            });
+    }
+    match client.select_cd_slot().await {
+        Ok(slot) => Ok(slot),
+        Err(e) if e.class() == ErrorClass::Unsupported => client
+            .list_virtual_media()
+            .await
+            .map_err(bmc_error)?
+            .into_iter()
+            .next()
+            .ok_or_else(no_media),
+        Err(e) => Err(bmc_error(e)),
+    }
+}
+
+/// Percent-encodes a query value (everything but RFC 3986 unreserved characters).
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+async fn cancel(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    req: CancelRequest,
+) -> Result<Response, ApiError> {
+    state.store.server(name).await.map_err(not_found_as(
+        "server_not_found",
+        StatusCode::NOT_FOUND,
+        "name",
+    ))?;
+    let record = state
+        .store
+        .request_cancel(&state.queue, name, req.skip_cleanup, caller.name())
+        .await
+        .map_err(not_found_as(
+            "no_running_deployment",
+            StatusCode::CONFLICT,
+            "name",
+        ))?;
+    tracing::info!(
+        server = name,
+        deployment_id = record.id,
+        skip_cleanup = req.skip_cleanup,
+        by = caller.name(),
+        "cancel requested"
+    );
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(deployment_view(&state.store, &record).await?),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+pub struct RegisterQuery {
+    token: Option<String>,
+}
+
+/// `POST /1.0/provisioning/servers?token=UUID`: the installed OS announces itself. Authenticated by the
+/// provisioning token alone (the OS has no API token), which is why it is exempt from bearer auth.
+pub async fn register(
+    State(state): State<AppState>,
+    Query(q): Query<RegisterQuery>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let details: Value = parse_body(&body)?;
+    if !details.is_object() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+            "expected a JSON object",
+        ));
+    }
+    let name = details
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("name", "required"))?
+        .to_owned();
+    validate::name("name", &name)?;
+    let invalid_token = || {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "invalid_token",
+            "unknown, spent or expired provisioning token",
+        )
+        .field("token")
+    };
+    let token_text = q
+        .token
+        .or_else(|| details.get("token").and_then(Value::as_str).map(str::to_owned))
+        .ok_or_else(invalid_token)?;
+    let token: Uuid = token_text.parse().map_err(|_| invalid_token())?;
+    // The registration record is shown to viewers; the provisioning token is a credential.
+    let mut details = details;
+    if let Some(o) = details.as_object_mut() {
+        o.remove("token");
+    }
+    match state
+        .store
+        .register_server(&state.queue, token, &name, &details)
+        .await?
+    {
+        Some(server) => {
+            tracing::info!(server = %server, "server registered");
+            Ok(Json(json!({ "name": server, "registered": true })))
+        }
+        None => Err(invalid_token()),
+    }
+}

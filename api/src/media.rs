@@ -1,0 +1,263 @@
+//! `GET/HEAD /media/{secret}/{file}`: the installation image, with HTTP Range (single and multipart) because
+//! BMCs read virtual media block by block. Every byte actually sent is recorded per deployment and client
+//! address: the install-idle signal of a `force` deployment is computed from those distinct bytes.
+//!
+//! No bearer auth: a BMC cannot send one. The 256-bit secret in the path is the credential.
+
+use std::collections::HashMap;
+use std::io::SeekFrom;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::ops::RangeInclusive;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{Extensions, HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{self, BoxStream, StreamExt};
+use http_range_header::RangeUnsatisfiableError;
+use racklift_store::{MediaRead, Store, StoreError};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio_util::io::ReaderStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// More ranges than this in one request is abuse, not a BMC.
+const MAX_RANGES: usize = 64;
+
+/// Unflushed `[start, end)` ranges by (deployment id, client address).
+type Buffer = HashMap<(i64, String), Vec<(u64, u64)>>;
+
+/// Ranges served since the last flush, coalesced per (deployment, source) while they arrive in order.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    inner: Arc<Mutex<Buffer>>,
+}
+
+impl Recorder {
+    fn record(&self, deployment_id: i64, source: &str, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let ranges = map.entry((deployment_id, source.to_owned())).or_default();
+        match ranges.last_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => ranges.push((start, end)),
+        }
+    }
+
+    fn take(&self) -> Vec<MediaRead> {
+        let map = std::mem::take(&mut *self.inner.lock().unwrap_or_else(|p| p.into_inner()));
+        let at = chrono::Utc::now();
+        map.into_iter()
+            .map(|((deployment_id, source), ranges)| MediaRead {
+                deployment_id,
+                source,
+                ranges,
+                at,
+            })
+            .collect()
+    }
+
+    /// Writes everything buffered; on failure the batch is put back so the next flush retries it.
+    pub async fn flush(&self, store: &Store, max_ranges: usize) -> Result<(), StoreError> {
+        let batch = self.take();
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = store.record_media_reads(&batch, max_ranges).await {
+            for r in batch {
+                for (s, e) in r.ranges {
+                    self.record(r.deployment_id, &r.source, s, e);
+                }
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+/// Flushes every `media.flush_interval` until `shutdown`.
+pub async fn flush_loop(state: AppState, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(state.config.media.flush_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(error) = state.flush_media_reads().await {
+            tracing::warn!(%error, "media read flush failed; retrying at the next tick");
+        }
+    }
+}
+
+fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such media")
+}
+
+/// Reads `[start, start + len)` of the file as a stream that records each chunk as it is handed to the
+/// connection, so an aborted transfer only counts what was sent.
+fn file_part(
+    path: String,
+    start: u64,
+    len: u64,
+    recorder: Recorder,
+    deployment_id: i64,
+    source: String,
+) -> BoxStream<'static, std::io::Result<Bytes>> {
+    stream::once(async move {
+        let mut file = tokio::fs::File::open(&path).await?;
+        file.seek(SeekFrom::Start(start)).await?;
+        Ok::<_, std::io::Error>(file.take(len))
+    })
+    .map(move |opened| match opened {
+        Ok(reader) => {
+            let recorder = recorder.clone();
+            let source = source.clone();
+            let mut offset = start;
+            ReaderStream::with_capacity(reader, 64 * 1024)
+                .map(move |chunk| {
+                    if let Ok(c) = &chunk {
+                        let end = offset + c.len() as u64;
+                        recorder.record(deployment_id, &source, offset, end);
+                        offset = end;
+                    }
+                    chunk
+                })
+                .boxed()
+        }
+        Err(e) => stream::once(async move { Err(e) }).boxed(),
+    })
+    .flatten()
+    .boxed()
+}
+
+fn header_value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+pub async fn serve_media(
+    State(state): State<AppState>,
+    Path((secret, _file)): Path<(String, String)>,
+    method: Method,
+    headers: HeaderMap,
+    extensions: Extensions,
+) -> Result<Response, ApiError> {
+    let record = state
+        .store
+        .deployment_by_media_secret(&secret)
+        .await?
+        .ok_or_else(not_found)?;
+    if record.is_finished() {
+        return Err(not_found());
+    }
+    let image = state.store.image(record.image_id).await?;
+    let size = tokio::fs::metadata(&image.path)
+        .await
+        .map_err(|e| {
+            tracing::error!(deployment_id = record.id, path = %image.path, error = %e, "image file unreadable");
+            ApiError::internal("the image file is not readable")
+        })?
+        .len();
+    let source = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_else(|| "unknown".to_owned());
+    let head = method == Method::HEAD;
+
+    let ranges: Option<Vec<RangeInclusive<u64>>> = match headers.get(header::RANGE).map(|v| v.to_str()) {
+        None => None,
+        Some(Err(_)) => None,
+        Some(Ok(value)) => {
+            let limit = NonZeroUsize::new(MAX_RANGES).unwrap_or(NonZeroUsize::MIN);
+            match http_range_header::parse_range_header_with_max_ranges(value, limit)
+                .and_then(|p| p.validate(size))
+            {
+                Ok(r) => Some(r),
+                // RFC 9110 lets a server ignore a Range it cannot parse and answer with the whole file.
+                Err(RangeUnsatisfiableError::Invalid(_)) => None,
+                Err(_) => {
+                    let mut resp = ApiError::new(
+                        StatusCode::RANGE_NOT_SATISFIABLE,
+                        "range_not_satisfiable",
+                        format!("the image is {size} bytes"),
+                    )
+                    .into_response();
+                    resp.headers_mut()
+                        .insert(header::CONTENT_RANGE, header_value(&format!("bytes */{size}")));
+                    resp.headers_mut()
+                        .insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+                    return Ok(resp);
+                }
+            }
+        }
+    };
+
+    let part = |start: u64, len: u64| {
+        file_part(
+            image.path.clone(),
+            start,
+            len,
+            state.media_reads.clone(),
+            record.id,
+            source.clone(),
+        )
+    };
+    let mut builder = Response::builder().header(header::ACCEPT_RANGES, "bytes");
+    let (status, length, body) = match ranges.as_deref() {
+        None | Some([]) => {
+            builder = builder.header(header::CONTENT_TYPE, "application/octet-stream");
+            (StatusCode::OK, size, part(0, size))
+        }
+        Some([r]) => {
+            let (s, e) = (*r.start(), *r.end());
+            builder = builder
+                .header(header::CONTENT_TYPE, "application/octet-stream")
+                .header(header::CONTENT_RANGE, format!("bytes {s}-{e}/{size}"));
+            (StatusCode::PARTIAL_CONTENT, e - s + 1, part(s, e - s + 1))
+        }
+        Some(many) => {
+            let boundary = &racklift_store::new_secret()[..32];
+            let mut pieces: Vec<BoxStream<'static, std::io::Result<Bytes>>> = Vec::new();
+            let mut length = 0u64;
+            for r in many {
+                let (s, e) = (*r.start(), *r.end());
+                let head = format!(
+                    "\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes {s}-{e}/{size}\r\n\r\n"
+                );
+                length += head.len() as u64 + (e - s + 1);
+                pieces.push(stream::once(async move { Ok(Bytes::from(head)) }).boxed());
+                pieces.push(part(s, e - s + 1));
+            }
+            let tail = format!("\r\n--{boundary}--\r\n");
+            length += tail.len() as u64;
+            pieces.push(stream::once(async move { Ok(Bytes::from(tail)) }).boxed());
+            builder = builder.header(
+                header::CONTENT_TYPE,
+                format!("multipart/byteranges; boundary={boundary}"),
+            );
+            (
+                StatusCode::PARTIAL_CONTENT,
+                length,
+                stream::iter(pieces).flatten().boxed(),
+            )
+        }
+    };
+    tracing::debug!(deployment_id = record.id, server = %record.server, %source, status = status.as_u16(), length, "media request");
+    let body = if head {
+        Body::empty()
+    } else {
+        Body::from_stream(body)
+    };
+    builder
+        .status(status)
+        .header(header::CONTENT_LENGTH, length)
+        .body(body)
+        .map_err(|e| ApiError::internal(e.to_string()))
+}

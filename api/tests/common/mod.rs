@@ -1,0 +1,187 @@
+//! A served API on a fresh database, with one API token per role.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use racklift_api::{ApiConfig, AppState};
+use racklift_bmc_sim::SimHandle;
+use racklift_queue::{Queue, QueueConfig};
+use racklift_store::{Role, Store};
+use racklift_testdb::TestDb;
+use reqwest::{Method, RequestBuilder, Response};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+pub const ADMIN: &str = "admin-secret";
+pub const OPERATOR: &str = "operator-secret";
+pub const VIEWER: &str = "viewer-secret";
+
+pub struct Api {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub store: Store,
+    pub shutdown: CancellationToken,
+    pub task: Option<tokio::task::JoinHandle<()>>,
+    pub db: TestDb,
+}
+
+impl Api {
+    pub async fn start() -> Api {
+        let db = TestDb::new().await;
+        let store = Store::new(db.pool.clone());
+        let queue = Queue::new(db.pool.clone(), QueueConfig::default());
+        for (name, secret, role) in [
+            ("admin", ADMIN, Role::Admin),
+            ("operator", OPERATOR, Role::Operator),
+            ("viewer", VIEWER, Role::Viewer),
+        ] {
+            store.put_api_token(name, secret, role).await.expect("api token");
+        }
+        let config = ApiConfig {
+            bmc_read_timeout: Duration::from_secs(10),
+            ..ApiConfig::default()
+        };
+        let state = AppState::new(store.clone(), queue, config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move {
+                racklift_api::serve(listener, state, shutdown)
+                    .await
+                    .expect("serve");
+            }
+        });
+        Api {
+            base,
+            http: reqwest::Client::new(),
+            store,
+            shutdown,
+            task: Some(task),
+            db,
+        }
+    }
+
+    pub fn req(&self, method: Method, path: &str, secret: Option<&str>) -> RequestBuilder {
+        let r = self.http.request(method, format!("{}{path}", self.base));
+        match secret {
+            Some(s) => r.bearer_auth(s),
+            None => r,
+        }
+    }
+
+    pub async fn call(&self, method: Method, path: &str, secret: &str, body: Option<Value>) -> (u16, Value) {
+        let mut r = self.req(method, path, Some(secret));
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        read(r.send().await.expect("request")).await
+    }
+
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.task.take() {
+            t.await.expect("server task");
+        }
+    }
+}
+
+pub async fn read(resp: Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    let text = resp.text().await.expect("body");
+    let v = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(json!({ "raw": text }))
+    };
+    (status, v)
+}
+
+/// The error code of an error body.
+pub fn code(v: &Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or("<none>")
+}
+
+pub fn field(v: &Value) -> Option<&str> {
+    v["error"]["field"].as_str()
+}
+
+/// Polls `check` until it yields a value or the deadline passes.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A password file for `file:` references (tests cannot set environment variables safely).
+pub fn password_file(password: &str) -> String {
+    let path = std::env::temp_dir().join(format!("racklift-api-test-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&path, password).expect("write password file");
+    format!("file:{}", path.display())
+}
+
+/// A catalog that passes every check; returns (token, image path).
+pub async fn catalog(api: &Api, sim: &SimHandle, image_len: usize) -> (String, String) {
+    let (user, pass) = sim.credentials();
+    let server = json!({ "name": "node1", "bmc_address": sim.bmc_url(0), "bmc_username": user,
+                         "bmc_password_ref": password_file(pass), "vendor_hint": "generic" });
+    let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(server)).await;
+    assert_eq!(s, 201, "{v}");
+    let expires = (chrono::Utc::now() + chrono::TimeDelta::days(2)).to_rfc3339();
+    let (_, t) = api
+        .call(
+            Method::POST,
+            "/1.0/tokens",
+            ADMIN,
+            Some(json!({ "uses_remaining": 5, "expires_at": expires })),
+        )
+        .await;
+    let token = t["token"].as_str().unwrap().to_owned();
+    let seeds = format!("/1.0/tokens/{token}/seeds");
+    for (name, public, force_reboot) in [
+        ("web", true, true),
+        ("private", false, true),
+        ("noreboot", true, false),
+    ] {
+        let seed =
+            json!({ "name": name, "public": public, "install_config": { "force_reboot": force_reboot } });
+        let (s, _) = api.call(Method::POST, &seeds, ADMIN, Some(seed)).await;
+        assert_eq!(s, 201);
+    }
+    let path = std::env::temp_dir().join(format!("racklift-api-image-{}", uuid::Uuid::new_v4().simple()));
+    let data: Vec<u8> = (0..image_len).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&path, &data).unwrap();
+    let image = json!({ "type": "iso", "architecture": "x86_64", "channel": "stable",
+                        "path": path.display().to_string(), "size_bytes": image_len, "sha256": "0".repeat(64) });
+    let (s, _) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
+    assert_eq!(s, 201);
+    let profile = json!({ "name": "generic", "match_rules": { "vendor": "generic" }, "priority": 1,
+                          "attributes": { "BootMode": "Uefi", "Cores": 4 }, "secure_boot": { "db": ["aa"] } });
+    let (s, _) = api
+        .call(Method::POST, "/1.0/bios-profiles", ADMIN, Some(profile))
+        .await;
+    assert_eq!(s, 200);
+    (token, path.display().to_string())
+}
+
+pub async fn set_public_address(api: &Api) {
+    let (s, _) = api
+        .call(
+            Method::PUT,
+            "/1.0/settings/public-address",
+            ADMIN,
+            Some(json!({ "address": api.base })),
+        )
+        .await;
+    assert_eq!(s, 200);
+}

@@ -1,0 +1,315 @@
+//! Auth by role, the catalog round trip with validation errors, registration, and the error shape.
+
+mod common;
+
+use common::{ADMIN, Api, OPERATOR, VIEWER, code, field};
+use reqwest::Method;
+use serde_json::json;
+
+#[tokio::test]
+async fn auth_is_checked_by_role() {
+    let api = Api::start().await;
+    let (s, v) = common::read(api.req(Method::GET, "/1.0/servers", None).send().await.unwrap()).await;
+    assert_eq!((s, code(&v)), (401, "unauthenticated"));
+    let (s, v) = api.call(Method::GET, "/1.0/servers", "wrong", None).await;
+    assert_eq!((s, code(&v)), (401, "unauthenticated"));
+    let (s, _) = api.call(Method::GET, "/1.0/servers", VIEWER, None).await;
+    assert_eq!(s, 200);
+    let new = json!({ "name": "rack1-a" });
+    let (s, v) = api
+        .call(Method::POST, "/1.0/servers", VIEWER, Some(new.clone()))
+        .await;
+    assert_eq!((s, code(&v)), (403, "forbidden"));
+    let (s, v) = api
+        .call(Method::POST, "/1.0/servers", OPERATOR, Some(new.clone()))
+        .await;
+    assert_eq!((s, code(&v)), (403, "forbidden"));
+    let (s, _) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(new)).await;
+    assert_eq!(s, 201);
+    // Actions need operator: a viewer may not deploy.
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/provisioning/servers/rack1-a:deploy",
+            VIEWER,
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!((s, code(&v)), (403, "forbidden"));
+    // The OpenAPI document is public and lists the deploy action.
+    let (s, v) = common::read(
+        api.req(Method::GET, "/1.0/openapi.json", None)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert!(v["paths"]["/1.0/provisioning/servers/{name}:deploy"]["post"].is_object());
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn errors_have_one_shape() {
+    let api = Api::start().await;
+    let r = api
+        .req(Method::POST, "/1.0/servers", Some(ADMIN))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    let (s, v) = common::read(r).await;
+    assert_eq!((s, code(&v)), (400, "invalid_body"));
+    assert!(v["error"].as_object().unwrap().contains_key("field"));
+    let big = "x".repeat(2 * 1024 * 1024);
+    let r = api
+        .req(Method::POST, "/1.0/servers", Some(ADMIN))
+        .header("content-type", "application/json")
+        .body(format!("{{\"name\": \"{big}\"}}"))
+        .send()
+        .await
+        .unwrap();
+    let (s, v) = common::read(r).await;
+    assert_eq!((s, code(&v)), (413, "body_too_large"));
+    let (s, v) = api.call(Method::GET, "/1.0/nope", VIEWER, None).await;
+    assert_eq!((s, code(&v)), (404, "not_found"));
+    let (s, v) = api
+        .call(Method::PUT, "/1.0/servers", ADMIN, Some(json!({})))
+        .await;
+    assert_eq!((s, code(&v)), (405, "method_not_allowed"));
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn catalog_round_trip_and_validation() {
+    let api = Api::start().await;
+    // Servers.
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/servers",
+            ADMIN,
+            Some(json!({ "name": "Bad Name" })),
+        )
+        .await;
+    assert_eq!((s, code(&v), field(&v)), (400, "invalid_field", Some("name")));
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/servers",
+            ADMIN,
+            Some(json!({ "name": "s1", "bmc_address": "ftp://x" })),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (400, Some("bmc_address")));
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/servers",
+            ADMIN,
+            Some(json!({ "name": "s1", "bmc_password_ref": "hunter2" })),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (400, Some("bmc_password_ref")));
+    let new = json!({ "name": "s1", "bmc_address": "https://10.0.0.1", "bmc_username": "root",
+                      "bmc_password_ref": "env:S1_PASSWORD", "vendor_hint": "dell" });
+    let (s, v) = api
+        .call(Method::POST, "/1.0/servers", ADMIN, Some(new.clone()))
+        .await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["bmc_password_ref"], "set");
+    let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(new)).await;
+    assert_eq!((s, code(&v)), (409, "server_exists"));
+    let (s, v) = api
+        .call(
+            Method::PATCH,
+            "/1.0/servers/s1",
+            ADMIN,
+            Some(json!({ "bmc_username": "admin" })),
+        )
+        .await;
+    assert_eq!((s, v["bmc_username"].as_str()), (200, Some("admin")));
+    let (s, v) = api.call(Method::GET, "/1.0/servers/s1", VIEWER, None).await;
+    assert_eq!(s, 200);
+    assert_eq!(v["status"], "unregistered");
+    assert!(v["deployment"].is_null());
+    assert!(
+        !v.to_string().contains("S1_PASSWORD"),
+        "the password reference never leaves the API"
+    );
+    let (s, v) = api.call(Method::GET, "/1.0/servers", VIEWER, None).await;
+    assert_eq!((s, v.as_array().map(Vec::len)), (200, Some(1)));
+    let (s, v) = api
+        .call(Method::GET, "/1.0/servers/s1/events?after=0", VIEWER, None)
+        .await;
+    assert_eq!((s, v.as_array().map(Vec::len)), (200, Some(0)));
+    let (s, _) = api.call(Method::DELETE, "/1.0/servers/s1", ADMIN, None).await;
+    assert_eq!(s, 204);
+    let (s, v) = api.call(Method::GET, "/1.0/servers/s1", VIEWER, None).await;
+    assert_eq!((s, code(&v)), (404, "server_not_found"));
+
+    // Tokens and seeds.
+    let expires = (chrono::Utc::now() + chrono::TimeDelta::days(1)).to_rfc3339();
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/tokens",
+            ADMIN,
+            Some(json!({ "uses_remaining": -1, "expires_at": expires })),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (400, Some("uses_remaining")));
+    let (s, t) = api
+        .call(
+            Method::POST,
+            "/1.0/tokens",
+            ADMIN,
+            Some(json!({ "uses_remaining": 3, "expires_at": expires })),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let token = t["token"].as_str().unwrap().to_owned();
+    let (s, _) = api
+        .call(Method::GET, &format!("/1.0/tokens/{token}"), VIEWER, None)
+        .await;
+    assert_eq!(s, 200);
+    let seeds = format!("/1.0/tokens/{token}/seeds");
+    let (s, v) = api
+        .call(
+            Method::POST,
+            &seeds,
+            ADMIN,
+            Some(json!({ "name": "web", "install_config": { "force_reboot": "yes" } })),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (400, Some("install_config.force_reboot")));
+    let (s, _) = api
+        .call(
+            Method::POST,
+            &seeds,
+            ADMIN,
+            Some(json!({ "name": "web", "public": true, "install_config": { "force_reboot": true } })),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let (s, v) = api.call(Method::GET, &seeds, VIEWER, None).await;
+    assert_eq!((s, v.as_array().map(Vec::len)), (200, Some(1)));
+
+    // BIOS profiles.
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/bios-profiles",
+            ADMIN,
+            Some(json!({ "name": "p", "attributes": { "A": [1] } })),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (400, Some("attributes.A")));
+    let (s, _) = api
+        .call(Method::POST, "/1.0/bios-profiles", ADMIN, Some(json!({ "name": "p", "match_rules": { "vendor": "dell" },
+              "attributes": { "SriovGlobalEnable": "Enabled", "Cores": 8 }, "secure_boot": { "db": ["ab"] } })))
+        .await;
+    assert_eq!(s, 200);
+    let (s, v) = api.call(Method::GET, "/1.0/bios-profiles", VIEWER, None).await;
+    assert_eq!((s, v.as_array().map(Vec::len)), (200, Some(1)));
+    let (s, _) = api
+        .call(Method::DELETE, "/1.0/bios-profiles/p", ADMIN, None)
+        .await;
+    assert_eq!(s, 204);
+
+    // Images and settings.
+    let image = json!({ "type": "iso", "architecture": "x86_64", "channel": "stable", "path": "/srv/incusos.img",
+                        "size_bytes": 10, "sha256": "XYZ" });
+    let (s, v) = api
+        .call(Method::POST, "/1.0/images", ADMIN, Some(image.clone()))
+        .await;
+    assert_eq!((s, code(&v), field(&v)), (400, "invalid_field", Some("sha256")));
+    let mut image = image;
+    image["sha256"] = json!("a".repeat(64));
+    let (s, _) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
+    assert_eq!(s, 201);
+    let (s, v) = api
+        .call(
+            Method::PUT,
+            "/1.0/settings/public-address",
+            ADMIN,
+            Some(json!({ "address": "not a url" })),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (400, Some("address")));
+    let (s, _) = api
+        .call(
+            Method::PUT,
+            "/1.0/settings/public-address",
+            ADMIN,
+            Some(json!({ "address": "http://10.0.0.2:8443/" })),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let (_, v) = api
+        .call(Method::GET, "/1.0/settings/public-address", VIEWER, None)
+        .await;
+    assert_eq!(v["address"], "http://10.0.0.2:8443");
+    let (s, _) = api
+        .call(Method::DELETE, &format!("/1.0/tokens/{token}"), ADMIN, None)
+        .await;
+    assert_eq!(s, 204);
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn registration_needs_a_valid_token() {
+    let api = Api::start().await;
+    api.call(
+        Method::POST,
+        "/1.0/servers",
+        ADMIN,
+        Some(json!({ "name": "node1" })),
+    )
+    .await;
+    let expires = (chrono::Utc::now() + chrono::TimeDelta::days(1)).to_rfc3339();
+    let (_, t) = api
+        .call(
+            Method::POST,
+            "/1.0/tokens",
+            ADMIN,
+            Some(json!({ "uses_remaining": 1, "expires_at": expires })),
+        )
+        .await;
+    let token = t["token"].as_str().unwrap().to_owned();
+    let body = json!({ "name": "node1", "serial": "S1", "uuid": "u", "incus_url": "https://node1:8443" });
+    let bad = uuid::Uuid::new_v4();
+    let r = api
+        .req(
+            Method::POST,
+            &format!("/1.0/provisioning/servers?token={bad}"),
+            None,
+        )
+        .json(&body);
+    let (s, v) = common::read(r.send().await.unwrap()).await;
+    assert_eq!((s, code(&v)), (403, "invalid_token"));
+    let r = api
+        .req(
+            Method::POST,
+            &format!("/1.0/provisioning/servers?token={token}"),
+            None,
+        )
+        .json(&body);
+    let (s, _) = common::read(r.send().await.unwrap()).await;
+    assert_eq!(s, 200);
+    let (_, v) = api.call(Method::GET, "/1.0/servers/node1", VIEWER, None).await;
+    assert_eq!(v["status"], "registered");
+    assert!(v["registered_at"].is_string());
+    // The single use is spent.
+    let r = api
+        .req(
+            Method::POST,
+            &format!("/1.0/provisioning/servers?token={token}"),
+            None,
+        )
+        .json(&body);
+    let (s, _) = common::read(r.send().await.unwrap()).await;
+    assert_eq!(s, 403);
+    api.stop().await;
+}

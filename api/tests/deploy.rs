@@ -1,0 +1,293 @@
+//! The deploy action: every pre-flight rejection, a successful deploy with its job, idempotency, cancel.
+
+mod common;
+
+use common::{ADMIN, Api, OPERATOR, catalog, code, field, set_public_address};
+use racklift_bmc_sim::{Personality, PersonalityChoice, Sim, SimConfig, SimHandle};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+async fn deploy(api: &Api, server: &str, body: Value, key: Option<&str>) -> (u16, Value) {
+    let mut r = api
+        .req(
+            Method::POST,
+            &format!("/1.0/provisioning/servers/{server}:deploy"),
+            Some(OPERATOR),
+        )
+        .json(&body);
+    if let Some(k) = key {
+        r = r.header("Idempotency-Key", k);
+    }
+    common::read(r.send().await.unwrap()).await
+}
+
+async fn start_sim() -> SimHandle {
+    Sim::start(SimConfig::new(1, PersonalityChoice::Single(Personality::Generic)).with_time_scale(0.001))
+        .await
+        .expect("simulator")
+}
+
+#[tokio::test]
+async fn every_preflight_check_rejects_with_its_code() {
+    let api = Api::start().await;
+    let sim = start_sim().await;
+    let (token, _) = catalog(&api, &sim, 4096).await;
+    let ok = json!({ "token": token, "seed": "web" });
+    let expect = |(s, v): (u16, Value), status: u16, c: &str, f: Option<&str>| {
+        assert_eq!((s, code(&v), field(&v)), (status, c, f), "{v}");
+    };
+
+    expect(
+        deploy(&api, "ghost", ok.clone(), None).await,
+        404,
+        "server_not_found",
+        Some("name"),
+    );
+    api.call(
+        Method::POST,
+        "/1.0/servers",
+        ADMIN,
+        Some(json!({ "name": "bare" })),
+    )
+    .await;
+    expect(
+        deploy(&api, "bare", ok.clone(), None).await,
+        422,
+        "bmc_not_configured",
+        Some("bmc_address"),
+    );
+    expect(
+        deploy(
+            &api,
+            "node1",
+            json!({ "token": uuid::Uuid::new_v4(), "seed": "web" }),
+            None,
+        )
+        .await,
+        422,
+        "token_not_found",
+        Some("token"),
+    );
+    let expires_soon = (chrono::Utc::now() + chrono::TimeDelta::minutes(10)).to_rfc3339();
+    let (_, short) = api
+        .call(
+            Method::POST,
+            "/1.0/tokens",
+            ADMIN,
+            Some(json!({ "uses_remaining": 1, "expires_at": expires_soon })),
+        )
+        .await;
+    expect(
+        deploy(
+            &api,
+            "node1",
+            json!({ "token": short["token"], "seed": "web" }),
+            None,
+        )
+        .await,
+        422,
+        "token_expires_too_soon",
+        Some("token"),
+    );
+    let later = (chrono::Utc::now() + chrono::TimeDelta::days(2)).to_rfc3339();
+    let (_, spent) = api
+        .call(
+            Method::POST,
+            "/1.0/tokens",
+            ADMIN,
+            Some(json!({ "uses_remaining": 0, "expires_at": later })),
+        )
+        .await;
+    expect(
+        deploy(
+            &api,
+            "node1",
+            json!({ "token": spent["token"], "seed": "web" }),
+            None,
+        )
+        .await,
+        422,
+        "token_exhausted",
+        Some("token"),
+    );
+    expect(
+        deploy(&api, "node1", json!({ "token": token, "seed": "nope" }), None).await,
+        422,
+        "seed_not_found",
+        Some("seed"),
+    );
+    expect(
+        deploy(&api, "node1", json!({ "token": token, "seed": "private" }), None).await,
+        422,
+        "seed_not_public",
+        Some("seed"),
+    );
+    expect(
+        deploy(&api, "node1", json!({ "token": token, "seed": "noreboot" }), None).await,
+        422,
+        "seed_needs_force_reboot",
+        Some("force"),
+    );
+    expect(
+        deploy(&api, "node1", ok.clone(), None).await,
+        422,
+        "public_address_unset",
+        Some("public_address"),
+    );
+    set_public_address(&api).await;
+    expect(
+        deploy(
+            &api,
+            "node1",
+            json!({ "token": token, "seed": "web", "channel": "beta" }),
+            None,
+        )
+        .await,
+        422,
+        "image_not_found",
+        Some("image_type"),
+    );
+    expect(
+        deploy(
+            &api,
+            "node1",
+            json!({ "token": token, "seed": "web", "media_device": "nope" }),
+            None,
+        )
+        .await,
+        422,
+        "media_device_not_found",
+        Some("media_device"),
+    );
+
+    // A BMC without any virtual media device.
+    let stub = no_media_bmc().await;
+    api.call(
+        Method::POST,
+        "/1.0/servers",
+        ADMIN,
+        Some(
+            json!({ "name": "nomedia", "bmc_address": stub, "bmc_username": "u",
+                     "bmc_password_ref": common::password_file("p") }),
+        ),
+    )
+    .await;
+    expect(
+        deploy(&api, "nomedia", ok.clone(), None).await,
+        422,
+        "no_virtual_media",
+        Some("media_device"),
+    );
+
+    // Accepted, then a second request finds it running.
+    let (s, v) = deploy(&api, "node1", ok.clone(), None).await;
+    assert_eq!(s, 202, "{v}");
+    expect(
+        deploy(&api, "node1", ok.clone(), None).await,
+        409,
+        "deployment_running",
+        Some("name"),
+    );
+
+    // Registered servers are refused.
+    let body = json!({ "name": "bare" });
+    let r = api
+        .req(
+            Method::POST,
+            &format!("/1.0/provisioning/servers?token={token}"),
+            None,
+        )
+        .json(&body);
+    assert_eq!(common::read(r.send().await.unwrap()).await.0, 200);
+    expect(
+        deploy(&api, "bare", ok.clone(), None).await,
+        409,
+        "server_registered",
+        Some("name"),
+    );
+    api.stop().await;
+    sim.shutdown().await;
+}
+
+/// A Redfish service with one system and no virtual media anywhere.
+async fn no_media_bmc() -> String {
+    use axum::extract::Request;
+    let app = axum::Router::new().fallback(|req: Request| async move {
+        let body = match req.uri().path().trim_end_matches('/') {
+            "/redfish/v1" => {
+                json!({ "@odata.id": "/redfish/v1", "Systems": { "@odata.id": "/redfish/v1/Systems" } })
+            }
+            "/redfish/v1/Systems" => json!({ "@odata.id": "/redfish/v1/Systems",
+                "Members": [{ "@odata.id": "/redfish/v1/Systems/1" }], "Members@odata.count": 1 }),
+            "/redfish/v1/Systems/1" => json!({ "@odata.id": "/redfish/v1/Systems/1", "Id": "1" }),
+            _ => return (axum::http::StatusCode::NOT_FOUND, axum::Json(json!({}))),
+        };
+        (axum::http::StatusCode::OK, axum::Json(body))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn deploy_enqueues_one_job_and_is_idempotent() {
+    let api = Api::start().await;
+    let sim = start_sim().await;
+    let (token, _) = catalog(&api, &sim, 4096).await;
+    set_public_address(&api).await;
+    let body = json!({ "token": token, "seed": "web", "force": true });
+    let (s, first) = deploy(&api, "node1", body.clone(), Some("key-1")).await;
+    assert_eq!(s, 202, "{first}");
+    assert_eq!(first["state"], "RefreshBMCData");
+    assert_eq!(
+        first["force"], false,
+        "force is dropped when the seed reboots on its own"
+    );
+    let (s, again) = deploy(&api, "node1", body, Some("key-1")).await;
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["id"], first["id"]);
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE kind = 'deployment.step'")
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 1);
+    let (plan, slot): (Value, Option<Value>) =
+        sqlx::query_as("SELECT plan, media_slot FROM deployments WHERE id = $1")
+            .bind(first["id"].as_i64().unwrap())
+            .fetch_one(&api.db.pool)
+            .await
+            .unwrap();
+    let url = plan["image_url"].as_str().unwrap();
+    assert!(url.starts_with(&format!("{}/media/", api.base)), "{url}");
+    assert!(
+        url.contains(&format!("token={token}")) && url.contains("force_reboot=true"),
+        "{url}"
+    );
+    assert_eq!(plan["bios"]["attributes"]["Cores"], 4);
+    assert_eq!(plan["image_size_bytes"], 4096);
+    assert!(
+        slot.and_then(|s| s.as_str().map(str::to_owned))
+            .is_some_and(|s| s.contains(':'))
+    );
+    let (_, v) = api
+        .call(Method::GET, "/1.0/servers/node1", common::VIEWER, None)
+        .await;
+    assert_eq!(v["status"], "deploying");
+    assert_eq!(v["deployment"]["id"], first["id"]);
+    assert_eq!(v["deployment"]["attempts"], 0);
+
+    // Cancel.
+    let r = api
+        .req(
+            Method::POST,
+            "/1.0/provisioning/servers/node1:cancel-deploy",
+            Some(OPERATOR),
+        )
+        .json(&json!({ "skip_cleanup": true }));
+    let (s, v) = common::read(r.send().await.unwrap()).await;
+    assert_eq!(s, 202, "{v}");
+    assert_eq!(v["cancel"]["skip_cleanup"], true);
+    api.stop().await;
+    sim.shutdown().await;
+}

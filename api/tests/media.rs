@@ -1,0 +1,183 @@
+//! The media server: HTTP Range (single, multipart, unsatisfiable) and the recorded distinct bytes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Api, OPERATOR, catalog, set_public_address};
+use racklift_bmc_sim::{Personality, PersonalityChoice, Sim, SimConfig};
+use reqwest::Method;
+use reqwest::header::{ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, RANGE};
+use serde_json::json;
+
+const LEN: usize = 100_000;
+
+fn byte(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+#[tokio::test]
+async fn ranges_are_served_and_recorded() {
+    let api = Api::start().await;
+    let sim =
+        Sim::start(SimConfig::new(1, PersonalityChoice::Single(Personality::Generic)).with_time_scale(0.001))
+            .await
+            .unwrap();
+    let (token, _) = catalog(&api, &sim, LEN).await;
+    set_public_address(&api).await;
+    let r = api
+        .req(
+            Method::POST,
+            "/1.0/provisioning/servers/node1:deploy",
+            Some(OPERATOR),
+        )
+        .json(&json!({ "token": token, "seed": "web" }));
+    let (s, d) = common::read(r.send().await.unwrap()).await;
+    assert_eq!(s, 202, "{d}");
+    let id = d["id"].as_i64().unwrap();
+    let secret: String = sqlx::query_scalar("SELECT media_secret FROM deployments WHERE id = $1")
+        .bind(id)
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    let url = format!("/media/{secret}/incusos.img");
+
+    // Unknown secret.
+    let r = api
+        .req(Method::GET, "/media/nope/incusos.img", None)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+
+    // HEAD: headers only.
+    let r = api.req(Method::HEAD, &url, None).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()[ACCEPT_RANGES], "bytes");
+    assert_eq!(r.headers()[CONTENT_LENGTH], LEN.to_string().as_str());
+
+    // Single range.
+    let r = api
+        .req(Method::GET, &url, None)
+        .header(RANGE, "bytes=10-19")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 206);
+    assert_eq!(r.headers()[CONTENT_RANGE], format!("bytes 10-19/{LEN}"));
+    let body = r.bytes().await.unwrap();
+    assert_eq!(body.as_ref(), (10..20).map(byte).collect::<Vec<_>>().as_slice());
+
+    // Multiple ranges: multipart/byteranges with one part per range.
+    let r = api
+        .req(Method::GET, &url, None)
+        .header(RANGE, "bytes=0-4, 1000-1009")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 206);
+    let ct = r.headers()[CONTENT_TYPE].to_str().unwrap().to_owned();
+    let boundary = ct
+        .strip_prefix("multipart/byteranges; boundary=")
+        .expect("multipart")
+        .to_owned();
+    let length = r.content_length();
+    let body = r.bytes().await.unwrap();
+    assert_eq!(length, Some(body.len() as u64));
+    let parts: Vec<&[u8]> = split(&body, format!("--{boundary}").as_bytes());
+    assert_eq!(parts.len(), 4, "preamble, two parts, closing");
+    for (part, (start, end)) in parts[1..3].iter().zip([(0usize, 4usize), (1000, 1009)]) {
+        let text = String::from_utf8_lossy(part);
+        assert!(
+            text.contains(&format!("Content-Range: bytes {start}-{end}/{LEN}")),
+            "{text}"
+        );
+        let data_at = find(part, b"\r\n\r\n").unwrap() + 4;
+        let data = &part[data_at..part.len() - 2];
+        assert_eq!(data, (start..=end).map(byte).collect::<Vec<_>>().as_slice());
+    }
+    assert!(parts[3].starts_with(b"--"));
+
+    // Unsatisfiable.
+    let r = api
+        .req(Method::GET, &url, None)
+        .header(RANGE, format!("bytes={}-", LEN + 10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 416);
+    assert_eq!(r.headers()[CONTENT_RANGE], format!("bytes */{LEN}"));
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "range_not_satisfiable");
+
+    // Distinct bytes: 10 + 5 + 10 (ranges do not overlap), flushed within the deadline.
+    let pool = api.db.pool.clone();
+    let read: i64 = common::wait_for("media reads flushed", Duration::from_secs(10), || {
+        let pool = pool.clone();
+        async move {
+            let n: Option<i64> = sqlx::query_scalar(
+                "SELECT sum(bytes_read)::bigint FROM media_reads WHERE deployment_id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            n.filter(|n| *n >= 25)
+        }
+    })
+    .await;
+    assert_eq!(read, 25);
+    let source: String = sqlx::query_scalar("SELECT source FROM media_reads WHERE deployment_id = $1")
+        .bind(id)
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(source, "127.0.0.1");
+    let (_, v) = api
+        .call(Method::GET, "/1.0/servers/node1", common::VIEWER, None)
+        .await;
+    assert_eq!(v["deployment"]["media_bytes_read"], 25);
+    assert_eq!(v["deployment"]["media_size"], LEN);
+
+    // A full read counts the whole image once.
+    let body = api
+        .req(Method::GET, &url, None)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(body.len(), LEN);
+    let pool = api.db.pool.clone();
+    common::wait_for("full read flushed", Duration::from_secs(10), || {
+        let pool = pool.clone();
+        async move {
+            let n: Option<i64> = sqlx::query_scalar(
+                "SELECT sum(bytes_read)::bigint FROM media_reads WHERE deployment_id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            n.filter(|n| *n == LEN as i64)
+        }
+    })
+    .await;
+    api.stop().await;
+    sim.shutdown().await;
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn split<'a>(mut hay: &'a [u8], sep: &[u8]) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    while let Some(i) = find(hay, sep) {
+        out.push(&hay[..i]);
+        hay = &hay[i + sep.len()..];
+    }
+    out.push(hay);
+    out
+}

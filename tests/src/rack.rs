@@ -1,0 +1,198 @@
+//! A whole racklift in one test process: a fresh database, the simulated rack, the API on a local port with its
+//! media server, and a worker pool running the deployment steps. Everything talks over real sockets.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use racklift_api::demo::{self, DemoCatalog, RackServer};
+use racklift_api::{ApiConfig, AppState};
+use racklift_bmc_sim::{PersonalityChoice, Sim, SimConfig, SimHandle};
+use racklift_deploy::Config;
+use racklift_queue::{Queue, QueueConfig, WorkerConfig, WorkerPool};
+use racklift_store::{DeploymentRecord, Store};
+use racklift_testdb::TestDb;
+use racklift_workers::DeployStep;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub struct Rack {
+    pub db: TestDb,
+    pub sim: SimHandle,
+    pub store: Store,
+    pub queue: Queue,
+    pub api_url: String,
+    pub catalog: DemoCatalog,
+    pub http: reqwest::Client,
+    shutdown: CancellationToken,
+    tasks: tokio::task::JoinSet<()>,
+    dir: PathBuf,
+}
+
+impl Rack {
+    /// `servers` simulated servers of `personality`, the simulator at `time_scale`, one worker pool.
+    pub async fn start(servers: usize, personality: PersonalityChoice, time_scale: f64) -> Rack {
+        let db = TestDb::new().await;
+        let mut sim_config = SimConfig::new(servers, personality).with_time_scale(time_scale);
+        // Real POSTs take minutes and the deployment polls every second: the reboot at the end of install stage 1
+        // must leave it time to eject the media before the server boots it again, as real hardware does.
+        sim_config.timings.post_stage = Duration::from_secs_f64(0.5 / time_scale);
+        let sim = Sim::start(sim_config).await.expect("start the simulator");
+        let dir = std::env::temp_dir().join(format!("racklift-rack-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("rack temp dir");
+        let password_file = dir.join("bmc-password");
+        std::fs::write(&password_file, sim.credentials().1).expect("write the BMC password file");
+        let (image_path, sha256) = demo::generate_image(&dir, 4 * 1024 * 1024).expect("generate the image");
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the API");
+        let api_url = format!("http://{}", listener.local_addr().expect("API address"));
+        let store = Store::new(db.pool.clone());
+        let queue = Queue::new(
+            db.pool.clone(),
+            QueueConfig {
+                lease_ttl: Duration::from_secs(10),
+                ..QueueConfig::default()
+            },
+        );
+        let rack: Vec<RackServer> = (0..servers)
+            .map(|i| RackServer {
+                name: sim.name(i).to_owned(),
+                bmc_url: sim.bmc_url(i),
+                vendor: sim.personality(i).as_str().to_owned(),
+            })
+            .collect();
+        let catalog = demo::seed_catalog(
+            &store,
+            &rack,
+            sim.credentials().0,
+            &format!("file:{}", password_file.display()),
+            &api_url,
+            (&image_path, 4 * 1024 * 1024, &sha256),
+        )
+        .await
+        .expect("seed the catalog");
+
+        let config = Config::for_simulation(time_scale);
+        let shutdown = CancellationToken::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        let state = AppState::new(
+            store.clone(),
+            queue.clone(),
+            ApiConfig {
+                deploy: config.clone(),
+                ..ApiConfig::default()
+            },
+        );
+        let api_shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            racklift_api::serve(listener, state, api_shutdown)
+                .await
+                .expect("serve the API");
+        });
+        let step = DeployStep {
+            store: store.clone(),
+            config: Arc::new(config),
+            certificates: Arc::new(Default::default()),
+        };
+        let pool = WorkerPool::new(
+            queue.clone(),
+            racklift_workers::full_registry(step),
+            WorkerConfig {
+                concurrency: 64,
+                batch: 16,
+                poll_interval: Duration::from_millis(200),
+                rescue_interval: Duration::from_secs(1),
+                ..WorkerConfig::default()
+            },
+        );
+        tasks.spawn(pool.run(shutdown.clone()));
+        Rack {
+            db,
+            sim,
+            store,
+            queue,
+            api_url,
+            catalog,
+            http: reqwest::Client::new(),
+            shutdown,
+            tasks,
+            dir,
+        }
+    }
+
+    /// `POST …/{name}/:deploy` as the admin with the demo token and seed, plus `extra` fields.
+    pub async fn deploy(&self, name: &str, extra: Value) -> reqwest::Response {
+        let vendor = self.sim.personality(self.index(name)).as_str();
+        let mut body = demo::deploy_request(&self.catalog, vendor);
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        self.http
+            .post(format!("{}/1.0/provisioning/servers/{name}:deploy", self.api_url))
+            .bearer_auth(&self.catalog.admin_token)
+            .json(&body)
+            .send()
+            .await
+            .expect("deploy request")
+    }
+
+    /// Waits until the server's newest deployment has finished and returns it; on timeout, fails with the
+    /// deployment's state and the server's event log, which is what a human would look at first.
+    pub async fn wait_finished(&self, name: &str, limit: Duration) -> DeploymentRecord {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let latest = self
+                .store
+                .latest_deployment(name)
+                .await
+                .expect("read the deployment");
+            if let Some(d) = &latest
+                && d.is_finished()
+            {
+                return d.clone();
+            }
+            if tokio::time::Instant::now() > deadline {
+                let jobs: Vec<(i64, String, i32, Option<String>)> = sqlx::query_as(
+                    "SELECT id, state, attempts, errors::text FROM jobs WHERE resource_key = $1 ORDER BY id",
+                )
+                .bind(format!("server/{name}"))
+                .fetch_all(&self.db.pool)
+                .await
+                .unwrap_or_default();
+                panic!(
+                    "{name}: deployment not finished after {limit:?}\nmachine: {:?}\nlast facts: {:?}\njobs: {jobs:?}\ntruth: {}\nevents:\n{}",
+                    latest.as_ref().map(|d| &d.deployment.machine),
+                    latest.as_ref().and_then(|d| d.last_facts.clone()),
+                    self.sim.truth(self.index(name)),
+                    self.event_log(name).await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The server's event log, one line per event.
+    pub async fn event_log(&self, name: &str) -> String {
+        let events = self.store.events(name, 0, 1000).await.unwrap_or_default();
+        let lines: Vec<String> = events
+            .iter()
+            .map(|e| format!("{} {} {}", e.at.format("%H:%M:%S%.3f"), e.kind, e.detail))
+            .collect();
+        lines.join("\n")
+    }
+
+    fn index(&self, name: &str) -> usize {
+        (0..self.sim.len())
+            .find(|&i| self.sim.name(i) == name)
+            .expect("a simulated server")
+    }
+
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        while self.tasks.join_next().await.is_some() {}
+        let _ = std::fs::remove_dir_all(&self.dir);
+        self.sim.shutdown().await;
+    }
+}
