@@ -173,6 +173,24 @@ impl Rack {
         }
     }
 
+    /// Waits until the server's newest deployment is in `state`.
+    pub async fn wait_state(&self, name: &str, state: racklift_deploy::State, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let latest = self.store.latest_deployment(name).await.expect("read the deployment");
+            let now = latest.as_ref().map(|d| d.deployment.machine.state);
+            if now == Some(state) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline && !latest.as_ref().is_some_and(|d| d.is_finished()),
+                "{name}: never reached {state:?} (now {now:?})\n{}",
+                self.event_log(name).await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The server's event log, one line per event.
     pub async fn event_log(&self, name: &str) -> String {
         let events = self.store.events(name, 0, 1000).await.unwrap_or_default();

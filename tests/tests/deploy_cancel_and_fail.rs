@@ -1,0 +1,92 @@
+//! Cancelling a running deployment (with and without clean up) and a deployment whose BMC keeps failing: each
+//! ends in the state the simulator's truth implies, and the failure lands in `dead_letters` with its context.
+
+use std::time::Duration;
+
+use racklift_bmc_sim::{Faults, Personality, PersonalityChoice};
+use racklift_deploy::State;
+use racklift_tests::rack::Rack;
+use serde_json::{Value, json};
+
+async fn cancel(rack: &Rack, name: &str, skip_cleanup: bool) {
+    let response = rack
+        .http
+        .post(format!("{}/1.0/provisioning/servers/{name}:cancel-deploy", rack.api_url))
+        .bearer_auth(&rack.catalog.admin_token)
+        .json(&json!({ "skip_cleanup": skip_cleanup }))
+        .send()
+        .await
+        .expect("cancel request");
+    assert_eq!(response.status(), 202, "{}", response.text().await.unwrap_or_default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_mid_install_cleans_up_unless_told_not_to() {
+    let rack = Rack::start(2, PersonalityChoice::Single(Personality::Generic), 0.01).await;
+    for i in 0..2 {
+        let response = rack.deploy(rack.sim.name(i), json!({})).await;
+        assert_eq!(response.status(), 202);
+    }
+    for (i, skip_cleanup) in [(0, false), (1, true)] {
+        let name = rack.sim.name(i).to_owned();
+        rack.wait_state(&name, State::WaitInstall, Duration::from_secs(120)).await;
+        cancel(&rack, &name, skip_cleanup).await;
+        let d = rack.wait_finished(&name, Duration::from_secs(60)).await;
+        assert_eq!(d.deployment.machine.state, State::Canceled, "{name}: {:?}", d.deployment.machine);
+        let truth = rack.sim.truth(i);
+        let inserted = truth["media"].as_array().is_some_and(|m| m.iter().any(|s| s["inserted"] == json!(true)));
+        if skip_cleanup {
+            assert!(inserted, "{name}: skip_cleanup leaves the media attached: {truth}");
+        } else {
+            assert!(!inserted, "{name}: clean up ejects the media: {truth}");
+            assert_eq!(truth["power"], json!("Off"), "{name}: clean up powers off: {truth}");
+        }
+        let audit = rack.sim.audit(i);
+        assert!(audit.stale_mutations.is_empty() && audit.max_concurrent <= 1, "{name}: {audit:?}");
+    }
+    rack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retries_exhausted_fail_the_deployment_into_a_dead_letter() {
+    let rack = Rack::start(1, PersonalityChoice::Single(Personality::Generic), 0.01).await;
+    rack.sim.set_faults(
+        0,
+        Faults {
+            status: Some(500),
+            only_mutations: true,
+            ..Faults::default()
+        },
+    );
+    let name = rack.sim.name(0).to_owned();
+    assert_eq!(rack.deploy(&name, json!({})).await.status(), 202);
+    let d = rack.wait_finished(&name, Duration::from_secs(120)).await;
+    let machine = &d.deployment.machine;
+    assert_eq!(machine.state, State::Failed, "{machine:?}");
+    let failure = machine.failure.as_ref().expect("a failure is recorded");
+    // The simulated server starts powered off, so "ensure off" needs no request; staging BIOS is the first write.
+    assert_eq!(failure.state, State::ApplyBIOS, "{failure:?}");
+    assert!(machine.first_error.as_deref().is_some_and(|e| e.contains("500")), "{machine:?}");
+
+    let (reason, context): (String, Value) =
+        sqlx::query_as("SELECT reason, context FROM dead_letters WHERE kind = 'deployment.step'")
+            .fetch_one(&rack.db.pool)
+            .await
+            .expect("one dead letter for the failed deployment");
+    assert_eq!(reason, "deployment_failed");
+    assert_eq!(context["server"], json!(name));
+    assert_eq!(context["state"], json!("ApplyBIOS"));
+    assert_eq!(context["last_error"]["bmc_status"], json!(500), "{context}");
+    let server: Value = rack
+        .http
+        .get(format!("{}/1.0/servers/{name}", rack.api_url))
+        .bearer_auth(&rack.catalog.admin_token)
+        .send()
+        .await
+        .expect("show server")
+        .json()
+        .await
+        .expect("server JSON");
+    assert_eq!(server["status"], json!("failed"), "{server}");
+    rack.stop().await;
+}
