@@ -32,6 +32,17 @@ pub struct Rack {
 impl Rack {
     /// `servers` simulated servers of `personality`, the simulator at `time_scale`, one worker pool.
     pub async fn start(servers: usize, personality: PersonalityChoice, time_scale: f64) -> Rack {
+        Rack::start_with(servers, personality, time_scale, true).await
+    }
+
+    /// As [`Rack::start`]; without `workers` no worker pool runs in this process (the test runs `racklift worker`
+    /// children instead).
+    pub async fn start_with(
+        servers: usize,
+        personality: PersonalityChoice,
+        time_scale: f64,
+        workers: bool,
+    ) -> Rack {
         let db = TestDb::new().await;
         let mut sim_config = SimConfig::new(servers, personality).with_time_scale(time_scale);
         // Real POSTs take minutes and the deployment polls every second: the reboot at the end of install stage 1
@@ -107,7 +118,9 @@ impl Rack {
                 ..WorkerConfig::default()
             },
         );
-        tasks.spawn(pool.run(shutdown.clone()));
+        if workers {
+            tasks.spawn(pool.run(shutdown.clone()));
+        }
         Rack {
             db,
             sim,
@@ -177,7 +190,11 @@ impl Rack {
     pub async fn wait_state(&self, name: &str, state: racklift_deploy::State, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            let latest = self.store.latest_deployment(name).await.expect("read the deployment");
+            let latest = self
+                .store
+                .latest_deployment(name)
+                .await
+                .expect("read the deployment");
             let now = latest.as_ref().map(|d| d.deployment.machine.state);
             if now == Some(state) {
                 return;

@@ -11,13 +11,21 @@ use serde_json::{Value, json};
 async fn cancel(rack: &Rack, name: &str, skip_cleanup: bool) {
     let response = rack
         .http
-        .post(format!("{}/1.0/provisioning/servers/{name}:cancel-deploy", rack.api_url))
+        .post(format!(
+            "{}/1.0/provisioning/servers/{name}:cancel-deploy",
+            rack.api_url
+        ))
         .bearer_auth(&rack.catalog.admin_token)
         .json(&json!({ "skip_cleanup": skip_cleanup }))
         .send()
         .await
         .expect("cancel request");
-    assert_eq!(response.status(), 202, "{}", response.text().await.unwrap_or_default());
+    assert_eq!(
+        response.status(),
+        202,
+        "{}",
+        response.text().await.unwrap_or_default()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -29,20 +37,38 @@ async fn cancel_mid_install_cleans_up_unless_told_not_to() {
     }
     for (i, skip_cleanup) in [(0, false), (1, true)] {
         let name = rack.sim.name(i).to_owned();
-        rack.wait_state(&name, State::WaitInstall, Duration::from_secs(120)).await;
+        rack.wait_state(&name, State::WaitInstall, Duration::from_secs(120))
+            .await;
         cancel(&rack, &name, skip_cleanup).await;
         let d = rack.wait_finished(&name, Duration::from_secs(60)).await;
-        assert_eq!(d.deployment.machine.state, State::Canceled, "{name}: {:?}", d.deployment.machine);
+        assert_eq!(
+            d.deployment.machine.state,
+            State::Canceled,
+            "{name}: {:?}",
+            d.deployment.machine
+        );
         let truth = rack.sim.truth(i);
-        let inserted = truth["media"].as_array().is_some_and(|m| m.iter().any(|s| s["inserted"] == json!(true)));
+        let inserted = truth["media"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|s| s["inserted"] == json!(true)));
         if skip_cleanup {
-            assert!(inserted, "{name}: skip_cleanup leaves the media attached: {truth}");
+            assert!(
+                inserted,
+                "{name}: skip_cleanup leaves the media attached: {truth}"
+            );
         } else {
             assert!(!inserted, "{name}: clean up ejects the media: {truth}");
-            assert_eq!(truth["power"], json!("Off"), "{name}: clean up powers off: {truth}");
+            assert_eq!(
+                truth["power"],
+                json!("Off"),
+                "{name}: clean up powers off: {truth}"
+            );
         }
         let audit = rack.sim.audit(i);
-        assert!(audit.stale_mutations.is_empty() && audit.max_concurrent <= 1, "{name}: {audit:?}");
+        assert!(
+            audit.stale_mutations.is_empty() && audit.max_concurrent <= 1,
+            "{name}: {audit:?}"
+        );
     }
     rack.stop().await;
 }
@@ -66,7 +92,10 @@ async fn retries_exhausted_fail_the_deployment_into_a_dead_letter() {
     let failure = machine.failure.as_ref().expect("a failure is recorded");
     // The simulated server starts powered off, so "ensure off" needs no request; staging BIOS is the first write.
     assert_eq!(failure.state, State::ApplyBIOS, "{failure:?}");
-    assert!(machine.first_error.as_deref().is_some_and(|e| e.contains("500")), "{machine:?}");
+    assert!(
+        machine.first_error.as_deref().is_some_and(|e| e.contains("500")),
+        "{machine:?}"
+    );
 
     let (reason, context): (String, Value) =
         sqlx::query_as("SELECT reason, context FROM dead_letters WHERE kind = 'deployment.step'")

@@ -175,6 +175,13 @@ impl DeployStep {
                         deadline: Some(deadline),
                     };
                     let started = Instant::now();
+                    // The commit above took time, and this process may have been paused (SIGSTOP, a VM stall): check
+                    // the lease again right before the BMC sees anything.
+                    if !ctx.lease.outlasts(needed) || ctx.cancel.is_cancelled() {
+                        tracing::warn!(server = %server.name, deployment_id, fence = job.fence,
+                            "lease ran short before the BMC call; leaving it to the next holder");
+                        return Ok(());
+                    }
                     let bounded = client.with_deadline(deadline);
                     let acted = tokio::select! {
                         acted = deploy_bmc::act(&bounded, &slot_ref, &action, &act_ctx) => acted,
