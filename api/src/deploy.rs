@@ -62,11 +62,39 @@ fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
 }
 
+/// `POST /1.0/provisioning/servers/{name}/:{action}`: the spec's spelling, same actions.
+pub async fn action_segment(
+    state: State<AppState>,
+    caller: Caller,
+    Path((name, action)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let Some(action) = action.strip_prefix(':') else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "expected {name}/:deploy, /:cancel-deploy, /:power or /:media",
+        ));
+    };
+    action_inner(state, caller, format!("{name}:{action}"), headers, body).await
+}
+
 /// `POST /1.0/provisioning/servers/{name}:{action}`.
 pub async fn action(
-    State(state): State<AppState>,
+    state: State<AppState>,
     caller: Caller,
     Path(name_action): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    action_inner(state, caller, name_action, headers, body).await
+}
+
+async fn action_inner(
+    State(state): State<AppState>,
+    caller: Caller,
+    name_action: String,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -74,13 +102,21 @@ pub async fn action(
         ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
-            "expected {name}:deploy or {name}:cancel-deploy",
+            "expected {name}:deploy, :cancel-deploy, :power or :media",
         )
     })?;
     caller.require(Role::Operator)?;
     match action {
         "deploy" => deploy(&state, &caller, name, &headers, parse_body(&body)?).await,
         "cancel-deploy" => cancel(&state, &caller, name, parse_body(&body)?).await,
+        "power" => {
+            let action = crate::bmc_actions::power_action(parse_body(&body)?)?;
+            crate::bmc_actions::enqueue(&state, &caller, name, &headers, action).await
+        }
+        "media" => {
+            let action = crate::bmc_actions::media_action(parse_body(&body)?)?;
+            crate::bmc_actions::enqueue(&state, &caller, name, &headers, action).await
+        }
         other => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",

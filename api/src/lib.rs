@@ -5,6 +5,7 @@
 //! BMC mutation: the only BMC traffic here is the read-only pre-flight check of the deploy endpoint.
 
 mod auth;
+mod bmc_actions;
 mod catalog;
 pub mod demo;
 mod deploy;
@@ -129,6 +130,10 @@ pub fn router(state: AppState) -> Router {
         // A segment cannot mix a capture with literal text in axum 0.8, so `{name}:deploy` is captured whole
         // and split on `:` (a character server names cannot contain).
         .route("/provisioning/servers/{name_action}", post(deploy::action))
+        .route(
+            "/provisioning/servers/{name}/{action}",
+            post(deploy::action_segment),
+        )
         .route("/openapi.json", get(openapi::document));
     Router::new()
         .nest("/1.0", api)

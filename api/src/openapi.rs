@@ -99,6 +99,30 @@ pub const PATHS: &[(&str, &[Operation])] = &[
         "/1.0/provisioning/servers/{name}:cancel-deploy",
         &[("post", "operator", "Cancel the running deployment")],
     ),
+    (
+        "/1.0/provisioning/servers/{name}:power",
+        &[(
+            "post",
+            "operator",
+            "Enqueue a power action (on, off, cycle) as a fenced job",
+        )],
+    ),
+    (
+        "/1.0/provisioning/servers/{name}:media",
+        &[(
+            "post",
+            "operator",
+            "Enqueue a virtual media action (insert with image_url, eject) as a fenced job",
+        )],
+    ),
+    (
+        "/1.0/provisioning/servers/{name}/{action}",
+        &[(
+            "post",
+            "operator",
+            "The same actions spelled /:deploy, /:cancel-deploy, /:power, /:media",
+        )],
+    ),
     ("/1.0/openapi.json", &[("get", "none", "This document")]),
     (
         "/media/{secret}/{file}",

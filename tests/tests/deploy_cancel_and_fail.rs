@@ -119,3 +119,58 @@ async fn retries_exhausted_fail_the_deployment_into_a_dead_letter() {
     assert_eq!(server["status"], json!("failed"), "{server}");
     rack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn power_and_media_actions_run_as_fenced_jobs() {
+    let rack = Rack::start(1, PersonalityChoice::Single(Personality::Generic), 0.01).await;
+    let name = rack.sim.name(0).to_owned();
+    let post = |path: String, body: Value, key: Option<&'static str>| {
+        let mut request = rack
+            .http
+            .post(format!("{}/1.0/provisioning/servers/{path}", rack.api_url))
+            .bearer_auth(&rack.catalog.admin_token)
+            .json(&body);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send()
+    };
+    let bad = post(format!("{name}:power"), json!({ "action": "sideways" }), None)
+        .await
+        .expect("power");
+    assert_eq!(bad.status(), 400);
+    let error: Value = bad.json().await.expect("error JSON");
+    assert_eq!(error["error"]["field"], json!("action"), "{error}");
+
+    // The spec's spelling, `{name}/:power`, and a retried request with the same key.
+    let first = post(format!("{name}/:power"), json!({ "action": "on" }), Some("k1"))
+        .await
+        .expect("power");
+    assert_eq!(first.status(), 202);
+    let job: Value = first.json().await.expect("job JSON");
+    racklift_testdb::wait_for(Duration::from_secs(30), "the server to power on", || async {
+        rack.sim.truth(0)["power"] == json!("On")
+    })
+    .await;
+    let image = format!("{}/media/none/x.img", rack.api_url);
+    let insert = post(
+        format!("{name}:media"),
+        json!({ "action": "insert", "image_url": image }),
+        None,
+    )
+    .await
+    .expect("media");
+    assert_eq!(insert.status(), 202, "{job}");
+    racklift_testdb::wait_for(Duration::from_secs(30), "the media to be inserted", || async {
+        rack.sim.truth(0)["media"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|s| s["inserted"] == json!(true)))
+    })
+    .await;
+    let audit = rack.sim.audit(0);
+    assert!(
+        audit.unfenced_mutations == 0 && audit.stale_mutations.is_empty(),
+        "{audit:?}"
+    );
+    rack.stop().await;
+}

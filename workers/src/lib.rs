@@ -1,6 +1,7 @@
 //! Job handlers, one module per job kind. Handlers execute; `crates/deploy` decides.
 
 pub mod bmc_access;
+pub mod bmc_action;
 pub mod deploy_bmc;
 pub mod deploy_step;
 pub mod probe;
@@ -14,7 +15,15 @@ pub fn registry() -> Registry {
     probe::register(Registry::new())
 }
 
-/// Every handler, the deployment step included.
+/// Every handler: the deployment step and ad-hoc BMC actions included.
 pub fn full_registry(step: DeployStep) -> Registry {
-    registry().register(racklift_store::STEP_KIND, move |ctx| step.clone().run(ctx))
+    let actions = bmc_action::BmcActionHandler {
+        store: step.store.clone(),
+        call_deadline: std::time::Duration::from_secs(step.config.step_call_timeout_secs),
+    };
+    registry()
+        .register(racklift_store::STEP_KIND, move |ctx| step.clone().run(ctx))
+        .register(racklift_store::BMC_ACTION_KIND, move |ctx| {
+            actions.clone().run(ctx)
+        })
 }

@@ -4,6 +4,7 @@
 //! Writes that a lease holder makes are fenced: a deployment's machine is written only if its `seq` is still
 //! the one the worker read, and a server's BMC fence only moves forward. Each checks `rows_affected`.
 
+mod bmc_actions;
 mod catalog;
 mod deployments;
 mod error;
@@ -11,6 +12,7 @@ mod events;
 mod media;
 mod servers;
 
+pub use bmc_actions::{BMC_ACTION_KIND, BmcAction, BmcActionPayload};
 pub use catalog::{
     ApiToken, BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS,
     ProvisioningToken, Role, Seed,
