@@ -205,7 +205,7 @@ impl DeployStep {
                     events.push((
                         "bmc_call".into(),
                         Some(job.fence),
-                        json!({ "action": action_label(&action), "outcome": format!("{:?}", acted.outcome),
+                        json!({ "action": deploy_bmc::action_name(&action), "outcome": format!("{:?}", acted.outcome),
                                 "error": acted.error.as_ref().map(|e| e.message.clone()),
                                 "bmc_status": acted.error.as_ref().and_then(|e| e.status),
                                 "duration_ms": duration_ms }),
@@ -376,21 +376,6 @@ fn failure_context(
         "bios_fallbacks": d.machine.bios_fallbacks,
         "last_facts": facts,
     })
-}
-
-fn action_label(action: &Action) -> &'static str {
-    match action {
-        Action::RefreshBmcData => "refresh_bmc_data",
-        Action::PowerOff => "power_off",
-        Action::PowerOn => "power_on",
-        Action::ApplyBios { .. } => "apply_bios",
-        Action::EnrollSecureBoot { .. } => "enroll_secure_boot",
-        Action::ClearMedia => "clear_media",
-        Action::AttachMedia { .. } => "attach_media",
-        Action::DetachMedia => "detach_media",
-        Action::Cleanup => "cleanup",
-        Action::CancelCleanup => "cancel_cleanup",
-    }
 }
 
 /// The host part of a BMC URL: the address its media reads are expected from.

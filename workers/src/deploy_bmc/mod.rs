@@ -10,6 +10,10 @@
 //! failure is reported as an [`Outcome`] the state machine understands, with a message that
 //! names the action and the cause, so a dead letter explains itself without the logs.
 
+mod keys;
+
+pub use keys::fingerprint_pem;
+use keys::{enroll, entries};
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error as _;
 use std::fmt::Write as _;
@@ -263,20 +267,6 @@ pub async fn act(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActC
     }
 }
 
-/// SHA-256 of the certificate's DER, lower-case hex: what `openssl x509 -fingerprint -sha256`
-/// shows an operator writing an allow list. A body that is not valid base64 (the simulator's
-/// stand-ins) is hashed as text, so it still has a stable identity.
-pub fn fingerprint_pem(pem: &str) -> Fingerprint {
-    let body: String = pem
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .flat_map(|l| l.chars())
-        .filter(|c| !c.is_whitespace())
-        .collect();
-    let bytes = base64_decode(&body).unwrap_or_else(|| body.clone().into_bytes());
-    Fingerprint(format!("{:x}", Sha256::digest(&bytes)))
-}
-
 #[derive(Debug, thiserror::Error)]
 enum StepError {
     #[error("{}", describe(.0))]
@@ -390,113 +380,8 @@ async fn refresh(client: &BmcClient, slot: &SlotRef) -> Step<String> {
     Ok("system, media, BIOS and secure boot readable".into())
 }
 
-/// Rewrites the listed key databases. Deletions run before enrolments and PK is enrolled last:
-/// firmware accepts unsigned writes to KEK, db and dbx only in setup mode, which an empty PK
-/// keeps. Re-reads first, so a retry after a partial write only does what is still missing.
-async fn enroll(
-    client: &BmcClient,
-    plans: &[(KeyDb, DbPlan)],
-    pems: &BTreeMap<Fingerprint, String>,
-) -> Step<String> {
-    let work: Vec<(KeyDb, &[Fingerprint], &[Fingerprint])> = plans
-        .iter()
-        .filter_map(|(db, plan)| match plan {
-            DbPlan::Correct => None,
-            DbPlan::Reinitialise { keep, enroll } => Some((*db, keep.as_slice(), enroll.as_slice())),
-        })
-        .collect();
-    if work.is_empty() {
-        return Ok("every key database is correct".into());
-    }
-    // Checked before anything is deleted: a missing PEM must not leave a database half empty.
-    for (db, _, enroll) in &work {
-        if let Some(fp) = enroll.iter().find(|fp| !pems.contains_key(*fp)) {
-            return Err(StepError::MissingCertificate {
-                db: *db,
-                fingerprint: fp.clone(),
-            });
-        }
-    }
-    let current = client.read_key_databases().await?;
-    let find = |dbs: &[KeyDatabase], db: KeyDb| -> Step<KeyDatabase> {
-        dbs.iter()
-            .find(|d| same_name::<KeyDb>(&d.database_id) == Some(db))
-            .cloned()
-            .ok_or(StepError::NoDatabase(db))
-    };
-    for (db, _, _) in &work {
-        find(&current, *db)?;
-    }
-    let (mut deleted, mut enrolled) = (0, 0);
-    let mut order = work.clone();
-    order.sort_by_key(|(db, _, _)| *db != KeyDb::PK);
-    for (db, keep, _) in order {
-        let keep: BTreeSet<&Fingerprint> = keep.iter().collect();
-        for (fp, uri) in entries(&find(&current, db)?) {
-            if !keep.contains(&fp) {
-                client.delete_key_entry(&uri).await?;
-                deleted += 1;
-                tracing::info!(
-                    server = client.server(),
-                    ?db,
-                    fingerprint = fp.0,
-                    "key entry deleted"
-                );
-            }
-        }
-    }
-    let after = client.read_key_databases().await?;
-    let mut order = work;
-    order.sort_by_key(|(db, _, _)| *db == KeyDb::PK);
-    for (db, _, enroll) in order {
-        let present: BTreeSet<Fingerprint> = entries(&find(&after, db)?)
-            .into_iter()
-            .map(|(fp, _)| fp)
-            .collect();
-        for fp in enroll.iter().filter(|fp| !present.contains(*fp)) {
-            let pem = pems.get(fp).ok_or_else(|| StepError::MissingCertificate {
-                db,
-                fingerprint: fp.clone(),
-            })?;
-            client.enroll_certificate(key_db_name(db), pem).await?;
-            enrolled += 1;
-            tracing::info!(
-                server = client.server(),
-                ?db,
-                fingerprint = fp.0,
-                "certificate enrolled"
-            );
-        }
-    }
-    Ok(format!(
-        "{deleted} key entries deleted, {enrolled} certificates enrolled"
-    ))
-}
-
-/// Every entry of a key database as (fingerprint, URI). A signature entry already is a hash,
-/// so its fingerprint is the hash itself, lower-cased.
-fn entries(db: &KeyDatabase) -> Vec<(Fingerprint, String)> {
-    let certs = db.certificates.iter().map(|c| {
-        let fp = fingerprint_pem(c.certificate_string.as_deref().unwrap_or_default());
-        (fp, c.odata_id.clone())
-    });
-    let sigs = db.signatures.iter().map(|s| {
-        let hash = s.signature_string.as_deref().unwrap_or_default();
-        (Fingerprint(hash.trim().to_ascii_lowercase()), s.odata_id.clone())
-    });
-    certs.chain(sigs).collect()
-}
-
-fn key_db_name(db: KeyDb) -> &'static str {
-    match db {
-        KeyDb::PK => "PK",
-        KeyDb::KEK => "KEK",
-        KeyDb::Db => "db",
-        KeyDb::Dbx => "dbx",
-    }
-}
-
-fn action_name(action: &Action) -> &'static str {
+/// The action's name in logs, events and errors.
+pub fn action_name(action: &Action) -> &'static str {
     match action {
         Action::RefreshBmcData => "refresh BMC data",
         Action::PowerOff => "power off",
@@ -576,36 +461,9 @@ fn attr_json(v: &AttrValue) -> Value {
     }
 }
 
-/// Standard base64 with optional padding; `None` on anything else.
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let text = text.trim_end_matches('=');
-    if text.len() % 4 == 1 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in text.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::keys::base64_decode;
     use super::*;
 
     #[test]
