@@ -2,6 +2,7 @@
 //! arguments, wires configuration and runs.
 
 mod bench_cmd;
+mod client;
 mod db;
 mod logging;
 mod up_cmd;
@@ -11,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod bmc_sim_cmd;
 mod deploy_cmd;
+mod server_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -44,9 +46,22 @@ enum Command {
     Deploy(deploy_cmd::DeployCommand),
     /// Serve a rack of simulated Redfish BMCs (and IncusOS servers) for tests and development.
     BmcSim(bmc_sim_cmd::Args),
+    /// Operate servers through a running API: list, show, deploy (optionally waiting) and cancel.
+    Server(server_cmd::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors end the process with one line (the error and its causes), never a backtrace: operators read these.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.log_format);
     match cli.command {
@@ -57,6 +72,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => runtime()?.block_on(bench_cmd::run(args)),
         Command::Deploy(cmd) => deploy_cmd::run(cmd),
         Command::BmcSim(args) => bmc_sim_cmd::run(args),
+        Command::Server(args) => runtime()?.block_on(server_cmd::run(args)),
     }
 }
 

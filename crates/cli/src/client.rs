@@ -1,0 +1,172 @@
+//! A small HTTP client for the racklift API, used by the operator commands. It exists so every command turns
+//! transport failures and the API's error shape into the same one-line messages, instead of each command
+//! interpreting reqwest errors on its own.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use reqwest::{Method, RequestBuilder, Response};
+use serde_json::Value;
+
+/// Where the bearer token is read from when `--token-file` is not given: an operator's own config, so the
+/// secret never appears on a command line (and so in `ps` or the shell history).
+const DEFAULT_TOKEN_FILE: &str = ".config/racklift/token";
+
+/// The environment variable holding the bearer token; it wins over any file.
+pub const TOKEN_ENV: &str = "RACKLIFT_TOKEN";
+
+/// An authenticated connection to one API. Cloning is cheap (the connection pool is shared).
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    /// Where the token came from, named in "unauthenticated" errors so the operator knows what to fix.
+    token_source: String,
+}
+
+impl Client {
+    /// A client for `base` (e.g. `http://127.0.0.1:7878`) with the token from the environment or a file.
+    pub fn new(base: &str, token_file: Option<&Path>) -> anyhow::Result<Client> {
+        let (token, token_source) = load_token(token_file)?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(60))
+            .build()?;
+        Ok(Client {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+            token_source,
+        })
+    }
+
+    /// `GET {base}{path}` and its JSON body.
+    pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
+        self.send(Method::GET, path, |r| r).await
+    }
+
+    /// `POST {base}{path}` with a JSON body; `configure` adds headers.
+    pub async fn post(
+        &self,
+        path: &str,
+        body: &Value,
+        configure: impl FnOnce(RequestBuilder) -> RequestBuilder,
+    ) -> Result<Value, ClientError> {
+        self.send(Method::POST, path, |r| configure(r.json(body))).await
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        configure: impl FnOnce(RequestBuilder) -> RequestBuilder,
+    ) -> Result<Value, ClientError> {
+        let request = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
+        let response = configure(request).send().await.map_err(|e| {
+            if e.is_builder() {
+                ClientError::Other(anyhow!("invalid API URL {:?}: {}", self.base, root_cause(&e)))
+            } else {
+                ClientError::Unreachable(anyhow!(
+                    "cannot reach the racklift API at {}: {}",
+                    self.base,
+                    root_cause(&e)
+                ))
+            }
+        })?;
+        if response.status().is_success() {
+            return read_json(response)
+                .await
+                .map_err(|e| ClientError::Other(anyhow!("{method} {path}: {e}")));
+        }
+        Err(ClientError::Other(self.api_error(&method, path, response).await))
+    }
+
+    /// The API's `{"error":{"code","message","field"}}` as one line; anything else (a proxy's HTML page) is
+    /// reported by status with the start of its body.
+    async fn api_error(&self, method: &Method, path: &str, response: Response) -> anyhow::Error {
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        let parsed: Option<Value> = serde_json::from_str(&text).ok();
+        let Some(error) = parsed.as_ref().and_then(|v| v.get("error")) else {
+            let start: String = text.trim().chars().take(200).collect();
+            return anyhow!("{method} {path} failed with HTTP {status}: {start}");
+        };
+        let code = error["code"].as_str().unwrap_or("unknown");
+        let message = error["message"].as_str().unwrap_or("");
+        let mut line = format!("{code}: {message}");
+        if let Some(field) = error["field"].as_str() {
+            line.push_str(&format!(" (field {field})"));
+        }
+        if code == "unauthenticated" {
+            line.push_str(&format!("; the token came from {}", self.token_source));
+        }
+        anyhow!("{line} [HTTP {}]", status.as_u16())
+    }
+}
+
+/// Why a request failed. Unreachable is separate so `--wait` can ride out an API restart.
+#[derive(Debug)]
+pub enum ClientError {
+    Unreachable(anyhow::Error),
+    Other(anyhow::Error),
+}
+
+impl From<ClientError> for anyhow::Error {
+    fn from(e: ClientError) -> anyhow::Error {
+        match e {
+            ClientError::Unreachable(e) | ClientError::Other(e) => e,
+        }
+    }
+}
+
+async fn read_json(response: Response) -> anyhow::Result<Value> {
+    let bytes = response.bytes().await.context("reading the response")?;
+    if bytes.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(&bytes).context("the response is not JSON")
+}
+
+/// The innermost error: for a refused connection "Connection refused (os error 111)" rather than reqwest's
+/// "error sending request for url (…)", which says nothing an operator can act on.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
+}
+
+/// The bearer token and where it came from: `RACKLIFT_TOKEN`, else `token_file`, else the default file if it
+/// exists. Never a flag value, so the secret stays out of process listings.
+fn load_token(token_file: Option<&Path>) -> anyhow::Result<(String, String)> {
+    if let Ok(token) = std::env::var(TOKEN_ENV)
+        && !token.trim().is_empty()
+    {
+        return Ok((token.trim().to_owned(), TOKEN_ENV.to_owned()));
+    }
+    let default = std::env::var_os("HOME").map(|home| PathBuf::from(home).join(DEFAULT_TOKEN_FILE));
+    let path = match (token_file, &default) {
+        (Some(path), _) => path.to_owned(),
+        (None, Some(path)) if path.exists() => path.clone(),
+        _ => bail!(
+            "no API token: set {TOKEN_ENV}, or write the token to ~/{DEFAULT_TOKEN_FILE} (or a file named by \
+             --token-file)"
+        ),
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| anyhow!("cannot read the API token from {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        bail!(
+            "the token file {} is empty: write the API token into it, or set {TOKEN_ENV}",
+            path.display()
+        );
+    }
+    Ok((token.to_owned(), format!("the file {}", path.display())))
+}
