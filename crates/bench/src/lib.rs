@@ -3,6 +3,7 @@
 //! racklift end to end with no-op handlers, apalis-postgres as a peer, idle pickup latency and worker RSS.
 
 pub mod e2e;
+pub mod fleet;
 mod latency;
 mod raw;
 mod rss;

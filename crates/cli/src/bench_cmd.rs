@@ -18,6 +18,31 @@ pub struct Args {
 enum BenchCommand {
     /// Queue throughput (raw-SQL bound, racklift, apalis-postgres), idle pickup latency and worker RSS.
     Queue(QueueArgs),
+    /// A simulated rack deployed at once by separate worker processes: wall time against the ideal, transactions
+    /// per transition, CPU, RSS and dead letters.
+    Fleet(FleetArgs),
+}
+
+#[derive(clap::Args)]
+struct FleetArgs {
+    /// Servers deployed at once (plus one deployed alone first, for the ideal).
+    #[arg(long, default_value_t = 1000)]
+    servers: usize,
+    /// `racklift worker` processes.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Jobs in flight per worker process.
+    #[arg(long, default_value_t = 1000)]
+    concurrency: usize,
+    /// Simulated hardware time scale.
+    #[arg(long, default_value_t = 0.01)]
+    time_scale: f64,
+    /// Installation image size in bytes (every server reads it through the API's media server).
+    #[arg(long, default_value_t = 1024 * 1024)]
+    image_bytes: u64,
+    /// Where the embedded benchmark database lives when DATABASE_URL is not set.
+    #[arg(long, default_value = ".racklift/bench-postgres")]
+    data_dir: std::path::PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -58,6 +83,7 @@ struct QueueArgs {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Queue(args) => queue(args).await,
+        BenchCommand::Fleet(args) => fleet(args).await,
     }
 }
 
@@ -218,4 +244,68 @@ fn parse_grid(cells: &[String]) -> anyhow::Result<Vec<(usize, usize)>> {
             Ok((w.trim().parse()?, b.trim().parse()?))
         })
         .collect()
+}
+
+async fn fleet(args: FleetArgs) -> anyhow::Result<()> {
+    let (admin_url, embedded) = match db::database_url_from_env() {
+        Some(url) => (url, None),
+        None => {
+            let pg = EmbeddedPostgres::start(&args.data_dir)?;
+            (pg.admin_url(), Some(pg))
+        }
+    };
+    let exe = std::env::current_exe().context("locating the racklift binary")?;
+    let run = racklift_bench::fleet::FleetRun {
+        servers: args.servers,
+        workers: args.workers,
+        time_scale: args.time_scale,
+        image_bytes: args.image_bytes,
+        concurrency: args.concurrency,
+    };
+    let result = racklift_bench::fleet::run(&exe, &admin_url, run).await;
+    if let Some(pg) = embedded {
+        pg.stop()?;
+    }
+    let r = result?;
+    println!(
+        "racklift bench fleet: {} servers at once, {} worker processes, time scale {}",
+        r.servers, args.workers, args.time_scale
+    );
+    println!("  ideal (one server alone):        {:.1} s", r.ideal_secs);
+    println!(
+        "  fleet wall time:                 {:.1} s  ({:.2}x the ideal)",
+        r.wall_secs,
+        r.wall_secs / r.ideal_secs
+    );
+    println!(
+        "  completed / failed:              {} / {}",
+        r.completed, r.failed
+    );
+    println!("  dead letters:                    {}", r.dead_letters);
+    println!(
+        "  state transitions:               {}  ({:.1} per deployment)",
+        r.transitions,
+        r.transitions as f64 / r.servers.max(1) as f64
+    );
+    println!(
+        "  write transactions:              {}  ({:.2} per transition, wait polls included)",
+        r.write_transactions,
+        r.write_transactions as f64 / r.transitions.max(1) as f64
+    );
+    println!(
+        "  committed transactions (reads too): {}  ({:.1} per deployment)",
+        r.committed_transactions,
+        r.committed_transactions as f64 / r.servers.max(1) as f64
+    );
+    println!("  worker CPU:                      {:.1} s", r.worker_cpu_secs);
+    println!("  PostgreSQL CPU:                  {:.1} s", r.postgres_cpu_secs);
+    println!(
+        "  worker peak RSS:                 {} MiB",
+        r.worker_peak_rss_kib
+            .iter()
+            .map(|k| format!("{:.1}", *k as f64 / 1024.0))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    );
+    Ok(())
 }

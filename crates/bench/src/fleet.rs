@@ -1,0 +1,310 @@
+//! `racklift bench fleet`: a simulated rack deployed at once by separate `racklift worker` processes against one
+//! PostgreSQL, with the API (media, registration) in this process. One server is deployed alone first: its
+//! duration is the ideal (simulated hardware time plus the control loop's one-second poll), which the whole
+//! fleet's wall time is compared with.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use racklift_api::demo::{self, RackServer};
+use racklift_api::{ApiConfig, AppState};
+use racklift_bmc_sim::{PersonalityChoice, Sim, SimConfig};
+use racklift_queue::{Queue, QueueConfig};
+use racklift_store::Store;
+use serde::Serialize;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::{BenchDb, BenchError};
+
+#[derive(Debug, Clone, Copy)]
+pub struct FleetRun {
+    pub servers: usize,
+    pub workers: usize,
+    pub time_scale: f64,
+    pub image_bytes: u64,
+    pub concurrency: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetReport {
+    pub servers: usize,
+    pub ideal_secs: f64,
+    pub wall_secs: f64,
+    pub completed: usize,
+    pub failed: usize,
+    pub dead_letters: i64,
+    pub transitions: i64,
+    /// Transactions that wrote (each draws a transaction id), whole fleet phase.
+    pub write_transactions: i64,
+    /// Every committed transaction of the database, reads included.
+    pub committed_transactions: i64,
+    pub worker_cpu_secs: f64,
+    pub postgres_cpu_secs: f64,
+    pub worker_peak_rss_kib: Vec<u64>,
+}
+
+/// Runs the fleet benchmark on a fresh database under `admin_url`.
+pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<FleetReport, BenchError> {
+    let dbs = BenchDb::new(admin_url);
+    let (url, pool) = dbs.fresh("racklift_bench_fleet", 32).await?;
+    let mut sim_config =
+        SimConfig::new(run.servers + 1, PersonalityChoice::Mix).with_time_scale(run.time_scale);
+    // As `racklift up`: POST stages long enough for the one-second poll to eject media before a second boot.
+    sim_config.timings.post_stage = sim_config
+        .timings
+        .post_stage
+        .max(Duration::from_secs_f64(0.5 / run.time_scale.max(1e-6)));
+    let sim = Sim::start(sim_config)
+        .await
+        .map_err(|e| BenchError::Stalled(format!("simulator: {e}")))?;
+    let dir = std::env::temp_dir().join(format!("racklift-fleet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(BenchError::Process)?;
+    let password = dir.join("bmc-password");
+    std::fs::write(&password, sim.credentials().1).map_err(BenchError::Process)?;
+    let (image, sha) = demo::generate_image(&dir, run.image_bytes).map_err(BenchError::Process)?;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(BenchError::Process)?;
+    let api_url = format!("http://{}", listener.local_addr().map_err(BenchError::Process)?);
+    let store = Store::new(pool.clone());
+    let rack: Vec<RackServer> = (0..sim.len())
+        .map(|i| RackServer {
+            name: sim.name(i).to_owned(),
+            bmc_url: sim.bmc_url(i),
+            vendor: sim.personality(i).as_str().to_owned(),
+        })
+        .collect();
+    let catalog = demo::seed_catalog(
+        &store,
+        &rack,
+        sim.credentials().0,
+        &format!("file:{}", password.display()),
+        &api_url,
+        (&image, run.image_bytes, &sha),
+    )
+    .await
+    .map_err(|e| BenchError::Stalled(format!("catalog: {e}")))?;
+    let queue = Queue::new(pool.clone(), QueueConfig::default());
+    let shutdown = CancellationToken::new();
+    let state = AppState::new(
+        store.clone(),
+        queue,
+        ApiConfig {
+            deploy: racklift_deploy::Config::for_simulation(run.time_scale),
+            ..ApiConfig::default()
+        },
+    );
+    let api = tokio::spawn(racklift_api::serve(listener, state, shutdown.clone()));
+    let mut workers = Vec::new();
+    for _ in 0..run.workers.max(1) {
+        workers.push(spawn_worker(racklift, &url, run)?);
+    }
+    let http = reqwest::Client::new();
+    let deploy = |server: &RackServer| {
+        http.post(format!(
+            "{api_url}/1.0/provisioning/servers/{}:deploy",
+            server.name
+        ))
+        .bearer_auth(&catalog.admin_token)
+        .json(&demo::deploy_request(&catalog, &server.vendor))
+        .send()
+    };
+
+    // The ideal: one server alone.
+    let started = Instant::now();
+    check(deploy(&rack[0]).await)?;
+    wait_all(&store, &rack[..1], Duration::from_secs(600)).await?;
+    let ideal = started.elapsed();
+
+    let before = Counters::read(&pool, &workers).await?;
+    let started = Instant::now();
+    let fleet = &rack[1..];
+    for chunk in fleet.chunks(64) {
+        let sent = futures::future::join_all(chunk.iter().map(deploy)).await;
+        for response in sent {
+            check(response)?;
+        }
+    }
+    wait_all(&store, fleet, Duration::from_secs(3600)).await?;
+    let wall = started.elapsed();
+    let after = Counters::read(&pool, &workers).await?;
+
+    let (completed, failed): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state = 'Completed'), count(*) FILTER (WHERE state <> 'Completed') \
+         FROM deployments WHERE server <> $1",
+    )
+    .bind(&rack[0].name)
+    .fetch_one(&pool)
+    .await?;
+    let transitions: i64 =
+        sqlx::query_scalar("SELECT coalesce(sum(seq), 0)::bigint FROM deployments WHERE server <> $1")
+            .bind(&rack[0].name)
+            .fetch_one(&pool)
+            .await?;
+    let dead_letters: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters")
+        .fetch_one(&pool)
+        .await?;
+    let peak_rss = workers.iter().map(|w| peak_rss_kib(w.1)).collect();
+
+    shutdown.cancel();
+    for (mut child, _) in workers {
+        let _ = child.kill().await;
+    }
+    let _ = api.await;
+    sim.shutdown().await;
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    dbs.drop_db("racklift_bench_fleet").await?;
+    Ok(FleetReport {
+        servers: fleet.len(),
+        ideal_secs: ideal.as_secs_f64(),
+        wall_secs: wall.as_secs_f64(),
+        completed: completed as usize,
+        failed: failed as usize,
+        dead_letters,
+        transitions,
+        write_transactions: after.xid - before.xid,
+        committed_transactions: after.commits - before.commits,
+        worker_cpu_secs: after.worker_cpu - before.worker_cpu,
+        postgres_cpu_secs: after.postgres_cpu - before.postgres_cpu,
+        worker_peak_rss_kib: peak_rss,
+    })
+}
+
+fn spawn_worker(
+    racklift: &Path,
+    url: &str,
+    run: FleetRun,
+) -> Result<(tokio::process::Child, u32), BenchError> {
+    let child = tokio::process::Command::new(racklift)
+        .args([
+            "worker",
+            "--sim-time-scale",
+            &run.time_scale.to_string(),
+            "--concurrency",
+            &run.concurrency.to_string(),
+            "--batch",
+            "100",
+        ])
+        .env("DATABASE_URL", url)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(BenchError::Process)?;
+    let pid = child
+        .id()
+        .ok_or_else(|| BenchError::Stalled("worker exited at once".into()))?;
+    Ok((child, pid))
+}
+
+fn check(response: reqwest::Result<reqwest::Response>) -> Result<(), BenchError> {
+    match response {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(BenchError::Stalled(format!(
+            "deploy refused: HTTP {}",
+            r.status()
+        ))),
+        Err(e) => Err(BenchError::Stalled(format!("deploy request: {e}"))),
+    }
+}
+
+async fn wait_all(store: &Store, servers: &[RackServer], limit: Duration) -> Result<(), BenchError> {
+    let deadline = Instant::now() + limit;
+    let names: Vec<String> = servers.iter().map(|s| s.name.clone()).collect();
+    loop {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM deployments WHERE server = ANY($1) AND finished_at IS NULL",
+        )
+        .bind(&names)
+        .fetch_one(store.pool())
+        .await?;
+        if open == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Stalled(format!(
+                "{open} deployments still running after {limit:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+struct Counters {
+    xid: i64,
+    commits: i64,
+    worker_cpu: f64,
+    postgres_cpu: f64,
+}
+
+impl Counters {
+    async fn read(pool: &PgPool, workers: &[(tokio::process::Child, u32)]) -> Result<Counters, BenchError> {
+        // Reading the current transaction id assigns one: one extra write per reading, negligible.
+        let xid: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
+            .fetch_one(pool)
+            .await?;
+        let commits: i64 =
+            sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+                .fetch_one(pool)
+                .await?;
+        Ok(Counters {
+            xid,
+            commits,
+            worker_cpu: workers.iter().map(|w| cpu_secs(w.1, false)).sum(),
+            postgres_cpu: postgres_cpu_secs(),
+        })
+    }
+}
+
+/// utime + stime (and, with `children`, the reaped children's) of a process, in seconds.
+fn cpu_secs(pid: u32, children: bool) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime is field 14 of the whole line.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let ticks: u64 = if children {
+        fields.iter().sum()
+    } else {
+        fields.iter().take(2).sum()
+    };
+    ticks as f64 / 100.0
+}
+
+/// Every PostgreSQL process's CPU, the postmaster's reaped backends included.
+fn postgres_cpu_secs() -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postgres")
+        })
+        .map(|pid| cpu_secs(pid, true))
+        .sum()
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
