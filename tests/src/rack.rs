@@ -44,10 +44,7 @@ impl Rack {
         workers: bool,
     ) -> Rack {
         let db = TestDb::new().await;
-        let mut sim_config = SimConfig::new(servers, personality).with_time_scale(time_scale);
-        // Real POSTs take minutes and the deployment polls every second: the reboot at the end of install stage 1
-        // must leave it time to eject the media before the server boots it again, as real hardware does.
-        sim_config.timings.post_stage = Duration::from_secs_f64(0.5 / time_scale);
+        let sim_config = SimConfig::for_deployments(servers, personality, time_scale);
         let sim = Sim::start(sim_config).await.expect("start the simulator");
         let dir = std::env::temp_dir().join(format!("racklift-rack-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).expect("rack temp dir");

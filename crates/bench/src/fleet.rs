@@ -49,13 +49,7 @@ pub struct FleetReport {
 pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<FleetReport, BenchError> {
     let dbs = BenchDb::new(admin_url);
     let (url, pool) = dbs.fresh("racklift_bench_fleet", 32).await?;
-    let mut sim_config =
-        SimConfig::new(run.servers + 1, PersonalityChoice::Mix).with_time_scale(run.time_scale);
-    // As `racklift up`: POST stages long enough for the one-second poll to eject media before a second boot.
-    sim_config.timings.post_stage = sim_config
-        .timings
-        .post_stage
-        .max(Duration::from_secs_f64(0.5 / run.time_scale.max(1e-6)));
+    let sim_config = SimConfig::for_deployments(run.servers + 1, PersonalityChoice::Mix, run.time_scale);
     let sim = Sim::start(sim_config)
         .await
         .map_err(|e| BenchError::Stalled(format!("simulator: {e}")))?;

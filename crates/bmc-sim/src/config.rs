@@ -179,6 +179,18 @@ impl SimConfig {
         self
     }
 
+    /// A rack for whole deployments at `scale`: as [`SimConfig::with_time_scale`], but each POST stage lasts at
+    /// least half a real second. Real POSTs take minutes; a deployment polls every second, and the reboot that
+    /// ends install stage 1 must leave it time to eject the media before the server boots it a second time.
+    pub fn for_deployments(servers: usize, personality: PersonalityChoice, scale: f64) -> Self {
+        let mut config = SimConfig::new(servers, personality).with_time_scale(scale);
+        config.timings.post_stage = config
+            .timings
+            .post_stage
+            .max(Duration::from_secs_f64(0.5 / scale.max(1e-6)));
+        config
+    }
+
     /// Builder-style setter for [`SimConfig::tls`].
     pub fn with_tls(mut self, tls: bool) -> Self {
         self.tls = tls;

@@ -63,14 +63,7 @@ async fn serve(url: &str, args: &Args, embedded: bool) -> anyhow::Result<()> {
     let queue = Queue::new(pool.clone(), args.pool.queue_config());
     let deploy_config = racklift_deploy::Config::for_simulation(args.time_scale);
 
-    let mut sim_config =
-        SimConfig::new(args.servers, PersonalityChoice::Mix).with_time_scale(args.time_scale);
-    // Real POSTs take minutes and deployments poll every second: each POST stage stays at least half a second, so
-    // the media can be ejected before the server boots it a second time, as on real hardware.
-    sim_config.timings.post_stage = sim_config
-        .timings
-        .post_stage
-        .max(Duration::from_secs_f64(0.5 / args.time_scale.max(1e-6)));
+    let sim_config = SimConfig::for_deployments(args.servers, PersonalityChoice::Mix, args.time_scale);
     let sim = Sim::start(sim_config)
         .await
         .context("starting the simulated rack")?;
