@@ -26,6 +26,8 @@ pub struct Rack {
     pub http: reqwest::Client,
     shutdown: CancellationToken,
     tasks: tokio::task::JoinSet<()>,
+    api: Option<ApiTask>,
+    api_config: ApiConfig,
     dir: PathBuf,
 }
 
@@ -85,20 +87,11 @@ impl Rack {
         let config = Config::for_simulation(time_scale);
         let shutdown = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
-        let state = AppState::new(
-            store.clone(),
-            queue.clone(),
-            ApiConfig {
-                deploy: config.clone(),
-                ..ApiConfig::default()
-            },
-        );
-        let api_shutdown = shutdown.clone();
-        tasks.spawn(async move {
-            racklift_api::serve(listener, state, api_shutdown)
-                .await
-                .expect("serve the API");
-        });
+        let api_config = ApiConfig {
+            deploy: config.clone(),
+            ..ApiConfig::default()
+        };
+        let api = ApiTask::start(listener, store.clone(), queue.clone(), api_config.clone());
         let step = DeployStep {
             store: store.clone(),
             config: Arc::new(config),
@@ -128,8 +121,28 @@ impl Rack {
             http: reqwest::Client::new(),
             shutdown,
             tasks,
+            api: Some(api),
+            api_config,
             dir,
         }
+    }
+
+    /// Stops the API (letting it flush its media reads) and starts a new one on the same address: what an API
+    /// restart or a failover to another instance looks like to BMCs and installers.
+    pub async fn restart_api(&mut self) {
+        if let Some(api) = self.api.take() {
+            api.stop().await;
+        }
+        let addr = self.api_url.trim_start_matches("http://").to_owned();
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .expect("bind the API again");
+        self.api = Some(ApiTask::start(
+            listener,
+            self.store.clone(),
+            self.queue.clone(),
+            self.api_config.clone(),
+        ));
     }
 
     /// `POST …/{name}/:deploy` as the admin with the demo token and seed, plus `extra` fields.
@@ -222,9 +235,37 @@ impl Rack {
     }
 
     pub async fn stop(mut self) {
+        if let Some(api) = self.api.take() {
+            api.stop().await;
+        }
         self.shutdown.cancel();
         while self.tasks.join_next().await.is_some() {}
         let _ = std::fs::remove_dir_all(&self.dir);
         self.sim.shutdown().await;
+    }
+}
+
+/// The API served in this process, stoppable on its own.
+struct ApiTask {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ApiTask {
+    fn start(listener: tokio::net::TcpListener, store: Store, queue: Queue, config: ApiConfig) -> ApiTask {
+        let shutdown = CancellationToken::new();
+        let state = AppState::new(store, queue, config);
+        let stop = shutdown.clone();
+        let task = tokio::spawn(async move {
+            racklift_api::serve(listener, state, stop)
+                .await
+                .expect("serve the API");
+        });
+        ApiTask { shutdown, task }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.task.await;
     }
 }

@@ -174,3 +174,30 @@ async fn power_and_media_actions_run_as_fenced_jobs() {
     );
     rack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_api_restart_mid_install_loses_no_progress_and_the_deployment_completes() {
+    // Lenovo-like BMCs stream the media through the whole install, so the restart lands among its reads.
+    let mut rack = Rack::start(1, PersonalityChoice::Single(Personality::Lenovo), 0.01).await;
+    let name = rack.sim.name(0).to_owned();
+    assert_eq!(rack.deploy(&name, json!({})).await.status(), 202);
+    rack.wait_state(&name, State::WaitInstall, Duration::from_secs(120))
+        .await;
+    racklift_testdb::wait_for(Duration::from_secs(60), "media reads to be recorded", || async {
+        sqlx::query_scalar::<_, i64>("SELECT coalesce(sum(bytes_read), 0)::bigint FROM media_reads")
+            .fetch_one(&rack.db.pool)
+            .await
+            .is_ok_and(|b| b > 0)
+    })
+    .await;
+    rack.restart_api().await;
+    let d = rack.wait_finished(&name, Duration::from_secs(120)).await;
+    assert_eq!(
+        d.deployment.machine.state,
+        State::Completed,
+        "{:?}",
+        d.deployment.machine.failure
+    );
+    assert_eq!(rack.sim.truth(0)["registered"], json!(true));
+    rack.stop().await;
+}
