@@ -149,19 +149,14 @@ pub async fn serve_media(
     headers: HeaderMap,
     extensions: Extensions,
 ) -> Result<Response, ApiError> {
-    let record = state
-        .store
-        .deployment_by_media_secret(&secret)
-        .await?
-        .ok_or_else(not_found)?;
-    if record.is_finished() {
+    let target = state.store.media_target(&secret).await?.ok_or_else(not_found)?;
+    if target.finished {
         return Err(not_found());
     }
-    let image = state.store.image(record.image_id).await?;
-    let size = tokio::fs::metadata(&image.path)
+    let size = tokio::fs::metadata(&target.path)
         .await
         .map_err(|e| {
-            tracing::error!(deployment_id = record.id, path = %image.path, error = %e, "image file unreadable");
+            tracing::error!(deployment_id = target.deployment_id, path = %target.path, error = %e, "image file unreadable");
             ApiError::internal("the image file is not readable")
         })?
         .len();
@@ -201,11 +196,11 @@ pub async fn serve_media(
 
     let part = |start: u64, len: u64| {
         file_part(
-            image.path.clone(),
+            target.path.clone(),
             start,
             len,
             state.media_reads.clone(),
-            record.id,
+            target.deployment_id,
             source.clone(),
         )
     };
@@ -249,7 +244,7 @@ pub async fn serve_media(
             )
         }
     };
-    tracing::debug!(deployment_id = record.id, server = %record.server, %source, status = status.as_u16(), length, "media request");
+    tracing::debug!(deployment_id = target.deployment_id, %source, status = status.as_u16(), length, "media request");
     let body = if head {
         Body::empty()
     } else {

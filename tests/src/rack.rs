@@ -96,6 +96,7 @@ impl Rack {
             store: store.clone(),
             config: Arc::new(config),
             certificates: Arc::new(Default::default()),
+            clients: Default::default(),
         };
         let pool = WorkerPool::new(
             queue.clone(),

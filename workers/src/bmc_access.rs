@@ -1,7 +1,9 @@
 //! Builds a Redfish client for a stored server: resolves the password reference and the TLS policy. Shared by
 //! the workers and the API's pre-flight reads.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use racklift_redfish::{BmcClient, BmcConfig, Credentials, Pin, Secret, TlsMode};
 use racklift_store::Server;
@@ -56,13 +58,21 @@ pub fn resolve_password(server: &str, reference: &str) -> Result<Secret, AccessE
 
 /// A client for the server's BMC with the given per-call deadline.
 pub fn client_for(server: &Server, call_deadline: Duration) -> Result<BmcClient, AccessError> {
+    let password = password_for(server)?;
+    build(server, password, call_deadline)
+}
+
+fn password_for(server: &Server) -> Result<Secret, AccessError> {
     if !server.bmc_configured() {
         return Err(AccessError::NotConfigured {
             server: server.name.clone(),
         });
     }
     let reference = server.bmc_password_ref.as_deref().unwrap_or_default();
-    let password = resolve_password(&server.name, reference)?;
+    resolve_password(&server.name, reference)
+}
+
+fn build(server: &Server, password: Secret, call_deadline: Duration) -> Result<BmcClient, AccessError> {
     let tls = if let Some(pin) = &server.bmc_cert_pin {
         let parsed: Pin = pin.parse().map_err(|_| AccessError::BadPin {
             server: server.name.clone(),
@@ -85,4 +95,84 @@ pub fn client_for(server: &Server, call_deadline: Duration) -> Result<BmcClient,
         server: server.name.clone(),
         source: Box::new(source),
     })
+}
+
+/// What a cached client was built from; any change (a rotated password included) builds a new one.
+#[derive(PartialEq, Eq)]
+struct AccessKey {
+    address: String,
+    username: String,
+    password: Secret,
+    pin: Option<String>,
+    insecure: bool,
+}
+
+impl AccessKey {
+    fn of(server: &Server, password: &Secret) -> Self {
+        Self {
+            address: server.bmc_address.clone(),
+            username: server.bmc_username.clone(),
+            password: password.clone(),
+            pin: server.bmc_cert_pin.clone(),
+            insecure: server.bmc_insecure,
+        }
+    }
+}
+
+struct Cached {
+    key: AccessKey,
+    client: BmcClient,
+    used: Instant,
+}
+
+/// Clients kept across leases, one per server. A client owns the BMC's connection pool and the System and
+/// Manager paths it discovered, so building one per step would cost a TCP (and TLS) handshake and the
+/// discovery GETs on every poll. The password reference is read again on every use, so a rotation takes effect
+/// at the next step.
+#[derive(Clone, Default)]
+pub struct ClientCache {
+    clients: Arc<Mutex<HashMap<String, Cached>>>,
+}
+
+/// Clients unused this long are dropped when the cache grows past [`ClientCache::PRUNE_ABOVE`].
+const IDLE_EVICTION: Duration = Duration::from_secs(600);
+
+impl ClientCache {
+    const PRUNE_ABOVE: usize = 4096;
+
+    /// The cached client for `server` if its BMC settings are unchanged, else a new one, with `call_deadline`.
+    pub fn client_for(&self, server: &Server, call_deadline: Duration) -> Result<BmcClient, AccessError> {
+        let password = password_for(server)?;
+        let key = AccessKey::of(server, &password);
+        let now = Instant::now();
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(cached) = clients.get_mut(&server.name)
+            && cached.key == key
+        {
+            cached.used = now;
+            return Ok(cached.client.with_deadline(call_deadline));
+        }
+        let client = build(server, password, call_deadline)?;
+        if clients.len() >= Self::PRUNE_ABOVE {
+            clients.retain(|_, c| now.duration_since(c.used) < IDLE_EVICTION);
+        }
+        clients.insert(
+            server.name.clone(),
+            Cached {
+                key,
+                client: client.clone(),
+                used: now,
+            },
+        );
+        Ok(client)
+    }
+
+    /// Forgets the server's client, so the next step rediscovers the BMC (after a BMC reset renamed its
+    /// resources, say).
+    pub fn forget(&self, server: &str) {
+        self.clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(server);
+    }
 }

@@ -12,6 +12,7 @@ use crate::bmc_access;
 #[derive(Clone)]
 pub struct BmcActionHandler {
     pub store: Store,
+    pub clients: bmc_access::ClientCache,
     pub call_deadline: Duration,
 }
 
@@ -37,7 +38,9 @@ impl BmcActionHandler {
             .server(&name)
             .await
             .map_err(|e| failed(format!("server {name}: {what}: {e}"), "database", true))?;
-        let client = bmc_access::client_for(&server, self.call_deadline)
+        let client = self
+            .clients
+            .client_for(&server, self.call_deadline)
             .map_err(|e| failed(format!("{what}: {e}"), "bmc_config", false))?
             .with_fence(Fence(ctx.job.fence));
         if !ctx

@@ -29,6 +29,8 @@ pub struct DeployStep {
     pub config: Arc<Config>,
     /// PEMs of the IncusOS certificates secure boot enrolls, by fingerprint.
     pub certificates: Arc<BTreeMap<Fingerprint, String>>,
+    /// BMC clients kept across leases (connection pools, discovered resource paths).
+    pub clients: bmc_access::ClientCache,
 }
 
 #[derive(Deserialize)]
@@ -88,7 +90,7 @@ impl DeployStep {
         }
         let server = store.server(&stored.server).await?;
         let call = Duration::from_secs(self.config.step_call_timeout_secs);
-        let client = match bmc_access::client_for(&server, call) {
+        let client = match self.clients.client_for(&server, call) {
             Ok(client) => client.with_fence(racklift_redfish::Fence(job.fence)),
             Err(e) => {
                 // Pre-flight checked the BMC settings; they changed since. Retried (the operator may fix them),
@@ -197,6 +199,8 @@ impl DeployStep {
                         store.drop_media_progress(stored.id).await?;
                     }
                     if let Some(err) = &acted.error {
+                        // The BMC may have been reset and renamed its resources: rediscover on the next attempt.
+                        self.clients.forget(&server.name);
                         last_error = Some(json!({
                             "state": d.machine.state.name(), "class": err.class, "bmc_status": err.status,
                             "message_id": err.message_id, "message": err.message,
@@ -285,20 +289,18 @@ impl DeployStep {
             *slot = Some(selected.clone());
         }
         let mut facts = observed.facts;
-        // Registration and cancel arrive through the API; read them fresh.
-        let current = self.store.server(&server.name).await?;
-        facts.registered = current.registered_at.is_some_and(|at| at >= stored.created_at);
-        let latest = self.store.deployment(stored.id).await?;
-        facts.cancel = latest.cancel.as_ref().map(|c| CancelRequest {
+        // Registration, cancel and media reads arrive through the API; read them fresh, in one query.
+        let api = self.store.api_facts(stored.id).await?;
+        facts.registered = api.registered_at.is_some_and(|at| at >= stored.created_at);
+        facts.cancel = api.cancel.as_ref().map(|c| CancelRequest {
             skip_cleanup: c.get("skip_cleanup").and_then(Value::as_bool).unwrap_or(false),
         });
-        let (readers, last_read_at) = self.store.media_progress(stored.id).await?;
-        if !readers.is_empty() {
+        if !api.media.is_empty() {
             let own = bmc_host(&server.bmc_address);
-            if let Some(bytes_read) = racklift_deploy::ranges::bytes_read_for(&own, &readers) {
+            if let Some(bytes_read) = racklift_deploy::ranges::bytes_read_for(&own, &api.media) {
                 facts.media_progress = Some(MediaProgress {
                     bytes_read,
-                    last_read_at,
+                    last_read_at: api.last_read_at,
                 });
             }
         }

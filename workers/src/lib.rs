@@ -19,6 +19,7 @@ pub fn registry() -> Registry {
 pub fn full_registry(step: DeployStep) -> Registry {
     let actions = bmc_action::BmcActionHandler {
         store: step.store.clone(),
+        clients: step.clients.clone(),
         call_deadline: std::time::Duration::from_secs(step.config.step_call_timeout_secs),
     };
     registry()

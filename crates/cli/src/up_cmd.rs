@@ -114,6 +114,7 @@ async fn serve(url: &str, args: &Args, embedded: bool) -> anyhow::Result<()> {
         store: store.clone(),
         config: Arc::new(deploy_config),
         certificates: Arc::new(Default::default()),
+        clients: Default::default(),
     };
     let workers = tokio::spawn(
         WorkerPool::new(

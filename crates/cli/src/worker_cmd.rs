@@ -72,6 +72,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         store: racklift_store::Store::new(pool),
         config: std::sync::Arc::new(config),
         certificates: std::sync::Arc::new(Default::default()),
+        clients: Default::default(),
     };
     let shutdown = shutdown_on_signal();
     WorkerPool::new(

@@ -235,19 +235,6 @@ impl Store {
         row.map(DeploymentRecord::try_from).transpose()
     }
 
-    pub async fn deployment_by_media_secret(
-        &self,
-        secret: &str,
-    ) -> Result<Option<DeploymentRecord>, StoreError> {
-        let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM deployments WHERE media_secret = $1"
-        )))
-        .bind(secret)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(DeploymentRecord::try_from).transpose()
-    }
-
     /// Records the selected media slot once the worker picked one.
     pub async fn set_media_slot(&self, id: i64, slot: &Value) -> Result<(), StoreError> {
         sqlx::query("UPDATE deployments SET media_slot = $2 WHERE id = $1")

@@ -20,7 +20,7 @@ pub use catalog::{
 pub use deployments::{DeploymentRecord, NewDeployment, STEP_KIND, queue_error, step_job};
 pub use error::StoreError;
 pub use events::Event;
-pub use media::MediaRead;
+pub use media::{ApiFacts, MediaRead, MediaTarget};
 pub use servers::{NewServer, Server, ServerStatus, ServerUpdate, advance_fence};
 
 use sqlx::PgPool;

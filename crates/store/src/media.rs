@@ -18,6 +18,25 @@ pub struct MediaRead {
     pub at: DateTime<Utc>,
 }
 
+/// What reaches a deployment through the API rather than the BMC: registration, a cancel request and the media
+/// reads. A wait step re-reads it on every pass.
+#[derive(Debug, Clone, Default)]
+pub struct ApiFacts {
+    pub registered_at: Option<DateTime<Utc>>,
+    pub cancel: Option<serde_json::Value>,
+    /// Distinct ranges read, by source address.
+    pub media: BTreeMap<String, RangeSet>,
+    pub last_read_at: Option<DateTime<Utc>>,
+}
+
+/// Where a media URL leads: just enough to serve a range, so a read costs one narrow query.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct MediaTarget {
+    pub deployment_id: i64,
+    pub finished: bool,
+    pub path: String,
+}
+
 /// Ranges of one (deployment, source) waiting to be merged, and the latest read among them.
 type Pending = (Vec<(u64, u64)>, DateTime<Utc>);
 
@@ -68,6 +87,52 @@ impl Store {
         Ok(())
     }
 
+    /// Registration, cancel and media reads of a deployment in one query.
+    pub async fn api_facts(&self, deployment_id: i64) -> Result<ApiFacts, StoreError> {
+        type FactRow = (
+            Option<DateTime<Utc>>,
+            Option<serde_json::Value>,
+            Option<String>,
+            Option<serde_json::Value>,
+            Option<DateTime<Utc>>,
+        );
+        let rows: Vec<FactRow> = sqlx::query_as(
+            "SELECT s.registered_at, d.cancel, m.source, m.ranges, m.last_read_at \
+             FROM deployments d JOIN servers s ON s.name = d.server \
+             LEFT JOIN media_reads m ON m.deployment_id = d.id WHERE d.id = $1",
+        )
+        .bind(deployment_id)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut facts = ApiFacts::default();
+        if rows.is_empty() {
+            return Err(StoreError::NotFound {
+                what: "deployment",
+                name: deployment_id.to_string(),
+            });
+        }
+        for (registered_at, cancel, source, ranges, at) in rows {
+            facts.registered_at = registered_at;
+            facts.cancel = cancel;
+            if let (Some(source), Some(ranges)) = (source, ranges) {
+                facts.media.insert(source, range_set(ranges)?);
+                facts.last_read_at = facts.last_read_at.max(at);
+            }
+        }
+        Ok(facts)
+    }
+
+    /// The deployment and image file a media secret leads to.
+    pub async fn media_target(&self, secret: &str) -> Result<Option<MediaTarget>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT d.id AS deployment_id, d.finished_at IS NOT NULL AS finished, i.path \
+             FROM deployments d JOIN images i ON i.id = d.image_id WHERE d.media_secret = $1",
+        )
+        .bind(secret)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     /// The range sets of a deployment by source, and the latest read.
     pub async fn media_progress(
         &self,
@@ -81,13 +146,16 @@ impl Store {
         let mut last = None;
         let mut sets = BTreeMap::new();
         for (source, ranges, at) in rows {
-            let set: RangeSet = serde_json::from_value(ranges).map_err(|source| StoreError::Corrupt {
-                what: "media read ranges",
-                source,
-            })?;
-            sets.insert(source, set);
+            sets.insert(source, range_set(ranges)?);
             last = last.max(Some(at));
         }
         Ok((sets, last))
     }
+}
+
+fn range_set(stored: serde_json::Value) -> Result<RangeSet, StoreError> {
+    serde_json::from_value(stored).map_err(|source| StoreError::Corrupt {
+        what: "media read ranges",
+        source,
+    })
 }
