@@ -282,6 +282,7 @@ async fn deploy(
         image_size_bytes: u64::try_from(image.size_bytes).ok(),
         force: req.force && !force_reboot,
         skip_secure_boot_certificates: req.skip_secure_boot_certificates,
+        bios_profiles: profiles.iter().map(|p| p.name.clone()).collect(),
         bios,
         secure_boot,
     };

@@ -59,6 +59,8 @@ pub async fn deployment_view(store: &Store, d: &DeploymentRecord) -> Result<Valu
         "token": d.token,
         "seed": d.seed,
         "force": d.deployment.plan.force,
+        // Which catalog entries the snapshotted BIOS plan came from; they may have changed since.
+        "bios_profiles": d.deployment.plan.bios_profiles,
         "cancel": d.cancel,
         "requested_by": d.requested_by,
         "created_at": d.created_at,

@@ -291,3 +291,52 @@ async fn deploy_enqueues_one_job_and_is_idempotent() {
     api.stop().await;
     sim.shutdown().await;
 }
+
+/// Pre-flight snapshots which profiles the BIOS plan came from, in the order they were layered, and the deployment
+/// keeps showing them after the catalog changes.
+#[tokio::test]
+async fn deploy_snapshots_the_matching_bios_profile_names() {
+    let api = Api::start().await;
+    let sim = start_sim().await;
+    let (token, _) = catalog(&api, &sim, 4096).await;
+    set_public_address(&api).await;
+    // `catalog` adds "generic" (vendor generic, priority 1).
+    for profile in [
+        json!({ "name": "node-defaults", "match_rules": { "name_prefix": "node" }, "priority": 0,
+                "attributes": { "Cores": 2, "SriovGlobalEnable": "Enabled" } }),
+        json!({ "name": "other-vendor", "match_rules": { "vendor": "dell" }, "priority": 5,
+                "attributes": { "Cores": 64 } }),
+        json!({ "name": "site", "match_rules": {}, "priority": 9, "deferred_attributes": { "SriovVfCount": 8 } }),
+    ] {
+        let (s, v) = api
+            .call(Method::POST, "/1.0/bios-profiles", ADMIN, Some(profile))
+            .await;
+        assert_eq!(s, 200, "{v}");
+    }
+    let expected = json!(["node-defaults", "generic", "site"]);
+
+    let (s, created) = deploy(&api, "node1", json!({ "token": token, "seed": "web" }), None).await;
+    assert_eq!(s, 202, "{created}");
+    assert_eq!(created["bios_profiles"], expected, "{created}");
+    let (plan,): (Value,) = sqlx::query_as("SELECT plan FROM deployments WHERE id = $1")
+        .bind(created["id"].as_i64().unwrap())
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(plan["bios_profiles"], expected);
+    // The higher priority wins the attribute both profiles set.
+    assert_eq!(plan["bios"]["attributes"]["Cores"], 4);
+    assert_eq!(plan["bios"]["deferred_attributes"]["SriovVfCount"], 8);
+
+    let (s, _) = api
+        .call(Method::DELETE, "/1.0/bios-profiles/generic", ADMIN, None)
+        .await;
+    assert!((200..300).contains(&s), "delete profile: {s}");
+    let (_, server) = api
+        .call(Method::GET, "/1.0/servers/node1", common::VIEWER, None)
+        .await;
+    assert_eq!(server["deployment"]["id"], created["id"]);
+    assert_eq!(server["deployment"]["bios_profiles"], expected, "{server}");
+    api.stop().await;
+    sim.shutdown().await;
+}

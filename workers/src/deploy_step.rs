@@ -194,7 +194,7 @@ impl DeployStep {
                     if matches!(
                         action,
                         Action::AttachMedia { .. } | Action::Cleanup | Action::CancelCleanup
-                    ) && acted.outcome == racklift_deploy::Outcome::Succeeded
+                    ) && acted.outcome.is_success()
                     {
                         store.drop_media_progress(stored.id).await?;
                     }
@@ -243,6 +243,19 @@ impl DeployStep {
         let queue = ctx.queue.clone();
         let machine = d.machine.clone();
         let original_seq = stored.seq();
+        // A wait poll that saw nothing new has nothing to record: only the job's next run moves, fenced on its token.
+        if let End::Snooze(until) = end
+            && machine == stored.deployment.machine
+            && events.is_empty()
+            && last_error.is_none()
+            && Some(&facts_json) == stored.last_facts.as_ref()
+        {
+            let mut conn = store.pool().acquire().await.map_err(StoreError::from)?;
+            return queue
+                .snooze(&mut conn, job, RunAt::At(until))
+                .await
+                .map_err(|e| StepError::Store(queue_error(e)));
+        }
         let record = stored.clone();
         let context = failure_context(&record, &d, &facts_json, last_error.as_ref());
         store
@@ -278,7 +291,7 @@ impl DeployStep {
         server: &Server,
         d: &Deployment,
     ) -> Result<Facts, StoreError> {
-        let want = deploy_bmc::want_for(d.machine.state);
+        let want = deploy_bmc::want_for_machine(&d.machine);
         let observed = deploy_bmc::observe(client, slot.as_ref(), &want).await;
         if slot.is_none()
             && let Some(selected) = &observed.slot

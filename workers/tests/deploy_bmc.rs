@@ -3,16 +3,20 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::Utc;
 use racklift_bmc_sim::{Faults, Personality, PersonalityChoice, Sim, SimConfig, SimHandle};
-use racklift_deploy::facts::{AttrValue, Fingerprint, KeyDb, PowerState};
+use racklift_deploy::facts::{AttrValue, Fingerprint, KeyDb, PowerState, TaskState};
+use racklift_deploy::record::BiosPlan;
 use racklift_deploy::secure_boot::DbPlan;
-use racklift_deploy::{Action, Outcome, State};
+use racklift_deploy::{
+    Action, Config, Decision, Deployment, Jitter, Machine, Outcome, Plan, State, apply_outcome, decide,
+};
 use racklift_redfish::{
     BmcClient, BmcConfig, BootSourceOverrideEnabled, BootSourceOverrideTarget, Credentials, Fence,
     RetryPolicy, SlotRef, TlsMode,
 };
 use racklift_workers::deploy_bmc::{
-    ActContext, Acted, Observed, Want, act, fingerprint_pem, observe, want_for,
+    ActContext, Acted, Observed, Want, act, fingerprint_pem, observe, want_for, want_for_machine,
 };
 
 const PASSWORD_PROBE: &str = "not-the-password-xyzzy";
@@ -78,7 +82,7 @@ async fn observe_until(
 
 async fn act_ok(c: &BmcClient, slot: &SlotRef, action: Action, ctx: &ActContext) {
     let acted = act(c, slot, &action, ctx).await;
-    assert_eq!(acted.outcome, Outcome::Succeeded, "{action:?}: {:?}", acted.error);
+    assert!(acted.outcome.is_success(), "{action:?}: {acted:?}");
 }
 
 fn pem(label: &str) -> String {
@@ -280,24 +284,178 @@ fn wants_and_fingerprints() {
         want_for(State::CheckBIOS),
         Want {
             bios: true,
-            secure_boot: false
+            secure_boot: false,
+            bios_task: None,
         }
     );
     assert_eq!(
         want_for(State::SecureBoot),
         Want {
             bios: false,
-            secure_boot: true
+            secure_boot: true,
+            bios_task: None,
         }
     );
     assert_eq!(want_for(State::RefreshBMCData), Want::ALL);
     assert_eq!(want_for(State::WaitInstall), Want::default());
+    // The monitor is polled in the BIOS waits only, where it can end the wait.
+    let monitor = "/redfish/v1/TaskService/TaskMonitors/1";
+    for (state, polled) in [
+        (State::WaitBIOSApplied, true),
+        (State::WaitBIOSAppliedDeferred, true),
+        (State::PowerOnBIOS, false),
+        (State::VerifyBIOS, false),
+    ] {
+        let mut m = Machine::new(Utc::now());
+        m.state = state;
+        m.bios_task_monitor = Some(monitor.to_owned());
+        let want = want_for_machine(&m);
+        assert_eq!(want.bios_task.as_deref(), polled.then_some(monitor), "{state}");
+        assert_eq!(
+            (want.bios, want.secure_boot),
+            (want_for(state).bios, want_for(state).secure_boot)
+        );
+        m.bios_task_monitor = None;
+        assert_eq!(want_for_machine(&m), want_for(state), "{state}");
+    }
     // SHA-256 of the DER ("hello"), as `openssl x509 -fingerprint -sha256` shows it.
     let pem = "-----BEGIN CERTIFICATE-----\naGVs\nbG8=\n-----END CERTIFICATE-----\n";
     assert_eq!(
         fingerprint_pem(pem).0,
         "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
     );
+}
+
+/// One BIOS pass on every personality, driven the way the deployment step drives it: the apply's
+/// outcome carries the task monitor into the machine (only Dell-like BMCs answer with one), the
+/// wait polls it once the power is on, and its one final answer ends the wait well before the
+/// settle delay; after that the monitor reads as gone.
+async fn bios_pass(personality: Personality) {
+    let sim = start(personality).await;
+    let c = client(&sim);
+    let ctx = ActContext::default();
+    let cfg = Config::default();
+    let slot = observe(&c, None, &Want::default()).await.slot.expect("slot");
+    let plan = Plan {
+        bios: BiosPlan {
+            attributes: [(
+                "ProcVirtualization".to_owned(),
+                AttrValue::Text("Disabled".into()),
+            )]
+            .into(),
+            ..BiosPlan::default()
+        },
+        ..Plan::default()
+    };
+    let mut d = Deployment::new(plan, Utc::now());
+    let tasks = personality == Personality::Dell;
+
+    act_ok(&c, &slot, Action::PowerOff, &ctx).await;
+    observe_until(&c, &slot, "power off", |o| o.facts.power == Some(PowerState::Off)).await;
+    d.machine.state = State::ApplyBIOS;
+    let facts = observe(&c, Some(&slot), &want_for_machine(&d.machine))
+        .await
+        .facts;
+    let step = decide(&d, &facts, Utc::now(), &cfg);
+    let Decision::Act { action, .. } = step.decision else {
+        panic!("{personality:?}: expected the apply: {step:?}");
+    };
+    d.machine = step.machine;
+    let acted = act(&c, &slot, &action, &ctx).await;
+    assert!(acted.outcome.is_success(), "{personality:?}: {acted:?}");
+    assert_eq!(
+        matches!(acted.outcome, Outcome::Accepted { .. }),
+        tasks,
+        "{personality:?}: {acted:?}"
+    );
+    d.machine = apply_outcome(&d, &acted.outcome, Utc::now(), &cfg, Jitter::NONE).machine;
+    assert_eq!(d.machine.state, State::PowerOnBIOS);
+    let monitor = d.machine.bios_task_monitor.clone();
+    assert_eq!(monitor.is_some(), tasks, "{personality:?}");
+
+    // Still off: the wait's observation leaves the monitor's one final answer unspent.
+    let mut early = d.machine.clone();
+    early.state = State::WaitBIOSApplied;
+    let off = observe(&c, Some(&slot), &want_for_machine(&early)).await;
+    assert_eq!(off.facts.bios_task, None, "{personality:?}: {:?}", off.errors);
+
+    act_ok(&c, &slot, Action::PowerOn, &ctx).await;
+    d.machine = apply_outcome(&d, &Outcome::Succeeded, Utc::now(), &cfg, Jitter::NONE).machine;
+    assert_eq!(d.machine.state, State::WaitBIOSApplied);
+    assert_eq!(d.machine.bios_task_monitor, monitor, "carried into the wait");
+    let on = observe_until(&c, &slot, "power on", |o| o.facts.power == Some(PowerState::On)).await;
+    assert!(on.errors.is_empty(), "{personality:?}: {:?}", on.errors);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ended_by = loop {
+        let observed = observe(&c, Some(&slot), &want_for_machine(&d.machine)).await;
+        assert!(
+            observed.errors.is_empty(),
+            "{personality:?}: {:?}",
+            observed.errors
+        );
+        let step = decide(&d, &observed.facts, Utc::now(), &cfg);
+        if step.machine.state != State::WaitBIOSApplied || !tasks {
+            d.machine = step.machine;
+            break observed.facts.bios_task;
+        }
+        assert!(Instant::now() < deadline, "{personality:?}: task never completed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    if !tasks {
+        // Nothing to poll: only the settle delay (a minute) can end the wait.
+        assert_eq!((ended_by, d.machine.state), (None, State::WaitBIOSApplied));
+        return;
+    }
+    assert_eq!(ended_by, Some(TaskState::Completed), "{personality:?}");
+    assert_eq!(d.machine.state, State::VerifyBIOS);
+    assert_eq!(d.machine.bios_task_monitor, None, "dropped once the wait is over");
+
+    // Consumed: the monitor 404s from now on, which the wait reads as "unavailable".
+    let again = Want {
+        bios_task: monitor,
+        ..Want::default()
+    };
+    let gone = observe(&c, Some(&slot), &again).await;
+    assert_eq!(
+        gone.facts.bios_task,
+        Some(TaskState::Unavailable),
+        "{:?}",
+        gone.errors
+    );
+    let facts = observe(&c, Some(&slot), &want_for_machine(&d.machine))
+        .await
+        .facts;
+    let step = decide(&d, &facts, Utc::now(), &cfg);
+    assert_eq!(
+        step.machine.state,
+        State::PowerOffSecureBoot,
+        "the attribute is in effect"
+    );
+}
+
+#[tokio::test]
+async fn bios_pass_generic() {
+    bios_pass(Personality::Generic).await;
+}
+
+#[tokio::test]
+async fn bios_pass_dell() {
+    bios_pass(Personality::Dell).await;
+}
+
+#[tokio::test]
+async fn bios_pass_hpe() {
+    bios_pass(Personality::Hpe).await;
+}
+
+#[tokio::test]
+async fn bios_pass_lenovo() {
+    bios_pass(Personality::Lenovo).await;
+}
+
+#[tokio::test]
+async fn bios_pass_supermicro() {
+    bios_pass(Personality::Supermicro).await;
 }
 
 #[tokio::test]

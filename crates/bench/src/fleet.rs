@@ -32,6 +32,10 @@ pub struct FleetReport {
     pub servers: usize,
     pub ideal_secs: f64,
     pub wall_secs: f64,
+    /// Time to submit every deploy request (each runs its pre-flight BMC read).
+    pub submit_secs: f64,
+    /// Per deployment, created to finished: median, 90th percentile and the slowest.
+    pub duration_secs: [f64; 3],
     pub completed: usize,
     pub failed: usize,
     pub dead_letters: i64,
@@ -122,6 +126,7 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
             check(response)?;
         }
     }
+    let submit = started.elapsed();
     wait_all(&store, fleet, Duration::from_secs(3600)).await?;
     let wall = started.elapsed();
     let after = Counters::read(&pool, &workers).await?;
@@ -129,6 +134,14 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
     let (completed, failed): (i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE state = 'Completed'), count(*) FILTER (WHERE state <> 'Completed') \
          FROM deployments WHERE server <> $1",
+    )
+    .bind(&rack[0].name)
+    .fetch_one(&pool)
+    .await?;
+    let (p50, p90, max): (f64, f64, f64) = sqlx::query_as(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY s), percentile_cont(0.9) WITHIN GROUP (ORDER BY s), \
+         max(s) FROM (SELECT extract(epoch FROM finished_at - created_at)::float8 AS s FROM deployments \
+         WHERE server <> $1) d",
     )
     .bind(&rack[0].name)
     .fetch_one(&pool)
@@ -156,6 +169,8 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
         servers: fleet.len(),
         ideal_secs: ideal.as_secs_f64(),
         wall_secs: wall.as_secs_f64(),
+        submit_secs: submit.as_secs_f64(),
+        duration_secs: [p50, p90, max],
         completed: completed as usize,
         failed: failed as usize,
         dead_letters,

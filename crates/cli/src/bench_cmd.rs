@@ -277,6 +277,11 @@ async fn fleet(args: FleetArgs) -> anyhow::Result<()> {
         r.wall_secs,
         r.wall_secs / r.ideal_secs
     );
+    println!("  deploy requests submitted in:    {:.1} s", r.submit_secs);
+    println!(
+        "  per deployment p50 / p90 / max:  {:.1} / {:.1} / {:.1} s",
+        r.duration_secs[0], r.duration_secs[1], r.duration_secs[2]
+    );
     println!(
         "  completed / failed:              {} / {}",
         r.completed, r.failed

@@ -106,8 +106,18 @@ fn apply_outcome_unclamped(
             }
         }
         Kind::Trigger | Kind::Decision => match outcome {
-            Outcome::Succeeded => match state.next() {
-                Some(next) => transition(m, next, Cause::ActionSucceeded, now, false),
+            Outcome::Succeeded | Outcome::Accepted { .. } => match state.next() {
+                Some(next) => {
+                    let mut m = m;
+                    // Only a BIOS apply is waited on through its monitor; other tasks are
+                    // observed through the resource they change.
+                    if let Outcome::Accepted { task_monitor } = outcome
+                        && matches!(state, State::ApplyBIOS | State::ApplyBIOSDeferred)
+                    {
+                        m.bios_task_monitor = Some(task_monitor.clone());
+                    }
+                    transition(m, next, Cause::ActionSucceeded, now, false)
+                }
                 // A decision state has no action of its own; re-evaluate.
                 None => Step {
                     machine: m,
@@ -172,7 +182,7 @@ fn unreachable_terminal(m: &Machine) -> Step {
 
 fn error_text(outcome: &Outcome) -> Option<String> {
     match outcome {
-        Outcome::Succeeded => None,
+        Outcome::Succeeded | Outcome::Accepted { .. } => None,
         Outcome::Retryable { error } | Outcome::Fatal { error } => Some(error.clone()),
         Outcome::DeadlineExpired => Some("call deadline expired".to_owned()),
     }
@@ -193,6 +203,16 @@ fn transition(mut m: Machine, to: State, cause: Cause, now: Time, reset_retries:
         State::WaitInstall => m.install_watch = None,
         State::WaitSecureBootSettled => m.settle_watch = None,
         _ => {}
+    }
+    // A BIOS apply's monitor is carried through its power on into its wait, and no further.
+    if !matches!(
+        to,
+        State::PowerOnBIOS
+            | State::PowerOnBIOSDeferred
+            | State::WaitBIOSApplied
+            | State::WaitBIOSAppliedDeferred
+    ) {
+        m.bios_task_monitor = None;
     }
     let decision = match terminal(to) {
         Some(t) => {

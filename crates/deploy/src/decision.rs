@@ -114,6 +114,12 @@ pub struct Step {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
     Succeeded,
+    /// Succeeded as a task (`202 Accepted` + `Location`): the BMC took the request and runs it
+    /// in the background. The monitor URI is kept for the wait that follows as a hint only: it
+    /// 404s once consumed or after a BMC reset, so the wait never depends on it.
+    Accepted {
+        task_monitor: String,
+    },
     /// Transport errors, 5xx, 409 busy: worth another attempt.
     Retryable {
         error: String,
@@ -124,6 +130,13 @@ pub enum Outcome {
     },
     /// The call deadline ran out; the outcome is unknown, so the action is issued again.
     DeadlineExpired,
+}
+
+impl Outcome {
+    /// Whether the action did what it was asked, with or without a task monitor.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Succeeded | Outcome::Accepted { .. })
+    }
 }
 
 /// Fraction of the backoff cap actually waited, drawn by the caller (full jitter: uniform in

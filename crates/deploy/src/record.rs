@@ -43,6 +43,11 @@ pub struct Plan {
     /// The token seed lacks `force_reboot`: only the media read progress can end install stage 1.
     pub force: bool,
     pub skip_secure_boot_certificates: bool,
+    /// Names of the BIOS profiles `bios` and `secure_boot` were resolved from, in the order they
+    /// were layered (lowest priority first, so a later one wins an attribute both set). The
+    /// snapshot alone cannot say where a value came from once the catalog has changed; empty on
+    /// plans stored before the names were recorded.
+    pub bios_profiles: Vec<String>,
     pub bios: BiosPlan,
     pub secure_boot: SecureBootPlan,
 }
@@ -76,6 +81,13 @@ pub struct Machine {
     pub failure: Option<Failure>,
     pub finished_at: Option<Time>,
     pub bios: BiosPending,
+    /// Task monitor the BMC handed out for the BIOS apply of the current pass. Persisted so the
+    /// wait can poll it after a worker restart, but only a hint: it 404s once consumed or after a
+    /// BMC reset, and then the wait falls back to its settle delay. It follows its apply through
+    /// the power on into the wait and is dropped on every other transition, so a monitor of an
+    /// earlier round never speaks for a later one.
+    #[serde(default)]
+    pub bios_task_monitor: Option<String>,
     /// Set before the enrolment is issued, so a crash after a partial write still gets the settle boot.
     pub secure_boot_written: bool,
     /// Reboot snapshot of the install wait, carried into the reboot wait.
@@ -100,6 +112,7 @@ impl Machine {
             failure: None,
             finished_at: None,
             bios: BiosPending::default(),
+            bios_task_monitor: None,
             secure_boot_written: false,
             install_watch: None,
             settle_watch: None,

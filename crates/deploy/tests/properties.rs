@@ -150,7 +150,8 @@ prop_compose! {
 
 fn arb_outcome() -> impl Strategy<Value = Outcome> {
     prop_oneof![
-        24 => Just(Outcome::Succeeded),
+        22 => Just(Outcome::Succeeded),
+        2 => Just(Outcome::Accepted { task_monitor: "/redfish/v1/TaskMonitors/1".into() }),
         3 => Just(Outcome::Retryable { error: "503".into() }),
         2 => Just(Outcome::DeadlineExpired),
         1 => Just(Outcome::Fatal { error: "400".into() }),
@@ -193,6 +194,19 @@ fn check(before: &Deployment, step: &Step, now: Time) -> Result<(), TestCaseErro
         }
     }
     prop_assert_eq!(step.changed, step.machine != before.machine);
+    // A BIOS task monitor only lives between its apply and the end of that apply's wait.
+    prop_assert!(
+        step.machine.bios_task_monitor.is_none()
+            || matches!(
+                step.machine.state,
+                State::PowerOnBIOS
+                    | State::PowerOnBIOSDeferred
+                    | State::WaitBIOSApplied
+                    | State::WaitBIOSAppliedDeferred
+            ),
+        "monitor kept into {}",
+        step.machine.state
+    );
     match step.decision {
         Decision::Snooze { until } => prop_assert!(until >= now && until <= deadline()),
         Decision::Retry { at } => prop_assert!(at >= now && at <= deadline()),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chrono::TimeDelta;
 use common::*;
 use racklift_deploy::facts::{
-    AttrValue, BiosFacts, BootProgress, Fingerprint, KeyDb, MediaProgress, MediaSlot, PowerState,
+    AttrValue, BiosFacts, BootProgress, Fingerprint, KeyDb, MediaProgress, MediaSlot, PowerState, TaskState,
 };
 use racklift_deploy::secure_boot::DbPlan;
 use racklift_deploy::{
@@ -31,6 +31,11 @@ struct Server {
     /// Without force_reboot the installer waits for the media to go away.
     waits_for_eject: bool,
     reads: Option<MediaProgress>,
+    /// Dell-like: a BIOS apply answers with a task monitor, done at the next reset.
+    task_monitors: bool,
+    /// The BIOS apply task: its monitor URI, whether it is done, whether its final answer was read.
+    task: Option<(String, bool, bool)>,
+    tasks_created: u32,
 }
 
 impl Server {
@@ -49,6 +54,9 @@ impl Server {
             rebooted_after_install: None,
             waits_for_eject: false,
             reads: None,
+            task_monitors: false,
+            task: None,
+            tasks_created: 0,
         }
     }
 
@@ -71,6 +79,24 @@ impl Server {
         // Staged attributes take effect on a reset; deferred ones appear once their prerequisite is in.
         let staged = std::mem::take(&mut self.pending);
         self.current.extend(staged);
+        if let Some((_, done, _)) = &mut self.task {
+            *done = true;
+        }
+    }
+
+    /// What polling a monitor answers: running, the final answer once, then 404.
+    fn poll(&mut self, monitor: &str) -> TaskState {
+        match &mut self.task {
+            Some((uri, done, consumed)) if uri == monitor && !*consumed => {
+                if *done {
+                    *consumed = true;
+                    TaskState::Completed
+                } else {
+                    TaskState::Running
+                }
+            }
+            _ => TaskState::Unavailable,
+        }
     }
 
     fn facts(&mut self, now: Time) -> Facts {
@@ -132,7 +158,8 @@ impl Server {
         }
     }
 
-    fn act(&mut self, action: &Action, now: Time) {
+    /// Carries the action out; returns the task monitor, where the BMC handed one out.
+    fn act(&mut self, action: &Action, now: Time) -> Option<String> {
         match action {
             Action::PowerOff | Action::CancelCleanup => {
                 self.power = false;
@@ -145,7 +172,18 @@ impl Server {
                     self.install_started = Some(now);
                 }
             }
-            Action::ApplyBios { attributes, .. } => self.pending.extend(attributes.iter().cloned()),
+            Action::ApplyBios { attributes, .. } => {
+                self.pending.extend(attributes.iter().cloned());
+                if self.task_monitors {
+                    // A pending job takes further changes, like an iDRAC BIOS configuration job.
+                    if self.task.as_ref().is_none_or(|(_, done, _)| *done) {
+                        self.tasks_created += 1;
+                        let uri = format!("/redfish/v1/TaskService/TaskMonitors/{}", self.tasks_created);
+                        self.task = Some((uri, false, false));
+                    }
+                    return self.task.as_ref().map(|(uri, _, _)| uri.clone());
+                }
+            }
             Action::EnrollSecureBoot { dbs } => {
                 for (db, p) in dbs {
                     if let DbPlan::Reinitialise { keep, enroll } = p {
@@ -159,35 +197,65 @@ impl Server {
             Action::AttachMedia { image_url } => self.media = Some(image_url.clone()),
             _ => {}
         }
+        None
     }
 }
 
 /// Runs a deployment to its end; returns the terminal, the distinct states in order and the end time.
-fn run(mut d: Deployment, server: &mut Server) -> (Terminal, Vec<State>, Time) {
+fn run(d: Deployment, server: &mut Server) -> (Terminal, Vec<State>, Time) {
+    let (end, trace) = run_traced(d, server);
+    let mut path: Vec<State> = trace.iter().map(|(s, _)| *s).collect();
+    path.dedup();
+    (end, path, trace.last().map_or(t(0), |(_, at)| *at))
+}
+
+/// Runs a deployment to its end; returns the terminal and every state with the time it was seen.
+fn run_traced(mut d: Deployment, server: &mut Server) -> (Terminal, Vec<(State, Time)>) {
     let mut now = t(0);
-    let mut path = vec![d.machine.state];
+    let mut trace = vec![(d.machine.state, now)];
     for _ in 0..10_000 {
-        let facts = server.facts(now);
+        let mut facts = server.facts(now);
+        // As the worker observes: the persisted monitor is polled in the BIOS waits, with the power on.
+        if matches!(
+            d.machine.state,
+            State::WaitBIOSApplied | State::WaitBIOSAppliedDeferred
+        ) && facts.power == Some(PowerState::On)
+            && let Some(monitor) = &d.machine.bios_task_monitor
+        {
+            facts.bios_task = Some(server.poll(monitor));
+        }
         let step = decide(&d, &facts, now, &cfg());
         d.machine = step.machine;
         match step.decision {
             Decision::Finished(terminal) => {
-                path.dedup();
-                return (terminal, path, now);
+                trace.push((d.machine.state, now));
+                return (terminal, trace);
             }
             Decision::Continue => {}
             Decision::Snooze { until } => now = until,
             Decision::Retry { at } => now = at,
             Decision::Act { action, .. } => {
-                server.act(&action, now);
+                let outcome = match server.act(&action, now) {
+                    Some(task_monitor) => Outcome::Accepted { task_monitor },
+                    None => Outcome::Succeeded,
+                };
                 now += TimeDelta::seconds(2);
-                let step = apply_outcome(&d, &Outcome::Succeeded, now, &cfg(), Jitter::NONE);
+                let step = apply_outcome(&d, &outcome, now, &cfg(), Jitter::NONE);
                 d.machine = step.machine;
             }
         }
-        path.push(d.machine.state);
+        trace.push((d.machine.state, now));
     }
-    panic!("did not finish: {path:?}");
+    panic!("did not finish: {trace:?}");
+}
+
+/// How long the deployment stayed in `state`, over every visit.
+fn time_in(trace: &[(State, Time)], state: State) -> TimeDelta {
+    trace
+        .windows(2)
+        .filter(|w| w[0].0 == state)
+        .map(|w| w[1].1 - w[0].1)
+        .sum()
 }
 
 #[test]
@@ -247,4 +315,27 @@ fn forced_install_on_a_bmc_without_reboot_signals_ends_on_media_idle() {
     let (end, path, _) = run(d, &mut server);
     assert_eq!(end, Terminal::Completed, "{path:?}");
     assert!(path.contains(&State::WaitReboot));
+}
+
+#[test]
+fn a_bios_task_monitor_ends_the_bios_waits_before_the_settle_delay() {
+    let settle = TimeDelta::seconds(cfg().settle_delay_secs as i64);
+    let (end, without) = run_traced(Deployment::new(plan(), t(0)), &mut Server::fresh());
+    assert_eq!(end, Terminal::Completed);
+    let mut dell = Server::fresh();
+    dell.task_monitors = true;
+    let (end, with) = run_traced(Deployment::new(plan(), t(0)), &mut dell);
+    assert_eq!(end, Terminal::Completed, "{with:?}");
+    assert_eq!(dell.tasks_created, 2, "one task per pass");
+    for wait in [State::WaitBIOSApplied, State::WaitBIOSAppliedDeferred] {
+        assert!(
+            time_in(&without, wait) >= settle,
+            "{wait}: the settle delay stands in"
+        );
+        assert!(
+            time_in(&with, wait) < settle,
+            "{wait}: {:?}",
+            time_in(&with, wait)
+        );
+    }
 }

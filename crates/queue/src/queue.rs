@@ -196,6 +196,12 @@ impl Queue {
         Ok(sql::lease(&self.pool, kinds, limit as i64, ttl, holder).await?)
     }
 
+    /// How long until the earliest queued job of `kinds` is due (zero if one is due now); `None` with none queued.
+    pub async fn next_due(&self, kinds: &[&str]) -> Result<Option<Duration>, QueueError> {
+        let ms = sql::next_due_in_ms(&self.pool, kinds).await?;
+        Ok(ms.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0)))
+    }
+
     /// Extends the lease while `job`'s fence is current; `LeaseLost` otherwise.
     pub async fn heartbeat(&self, job: JobRef) -> Result<(), QueueError> {
         match sql::heartbeat(&self.pool, job.id, job.fence, millis(self.config.lease_ttl)).await? {

@@ -137,6 +137,20 @@ pub(crate) async fn lease<'c>(
         .await
 }
 
+/// Milliseconds until the earliest queued job of `kinds` is due (zero or less: due now); `None` with none queued.
+pub(crate) async fn next_due_in_ms<'c>(
+    conn: impl PgExecutor<'c>,
+    kinds: &[&str],
+) -> sqlx::Result<Option<f64>> {
+    sqlx::query_scalar(
+        "SELECT (extract(epoch FROM run_at - now()) * 1000)::float8 FROM jobs
+         WHERE state = 'queued' AND kind = ANY($1) ORDER BY run_at LIMIT 1",
+    )
+    .bind(kinds)
+    .fetch_optional(conn)
+    .await
+}
+
 /// Extends a lease only while its fence is still current. Zero rows: the lease is gone.
 pub(crate) async fn heartbeat<'c>(
     conn: impl PgExecutor<'c>,

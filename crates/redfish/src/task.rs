@@ -41,6 +41,15 @@ pub struct TaskMonitor {
 }
 
 impl TaskMonitor {
+    /// A monitor known only by its URI, persisted from an earlier answer (its `Retry-After`
+    /// belonged to that answer and is gone).
+    pub fn from_uri(uri: impl Into<String>) -> Self {
+        Self {
+            uri: uri.into(),
+            retry_after: None,
+        }
+    }
+
     /// The monitor of a `202 Accepted` reply with a `Location`.
     pub(crate) fn from_reply(reply: &Reply) -> Option<Self> {
         (reply.status.as_u16() == 202)

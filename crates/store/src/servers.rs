@@ -242,11 +242,15 @@ pub(crate) async fn set_status<'e>(
     status: ServerStatus,
     detail: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query("UPDATE servers SET status = $2, status_detail = $3, updated_at = now() WHERE name = $1")
-        .bind(name)
-        .bind(status.as_str())
-        .bind(detail)
-        .execute(db)
-        .await?;
+    // Unchanged, the row is left alone: a wait polled every few seconds would otherwise rewrite it each time.
+    sqlx::query(
+        "UPDATE servers SET status = $2, status_detail = $3, updated_at = now() \
+         WHERE name = $1 AND (status, status_detail) IS DISTINCT FROM ($2, $3)",
+    )
+    .bind(name)
+    .bind(status.as_str())
+    .bind(detail)
+    .execute(db)
+    .await?;
     Ok(())
 }

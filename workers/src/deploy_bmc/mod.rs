@@ -19,28 +19,48 @@ use std::error::Error as _;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use racklift_deploy::facts::{AttrValue, BiosFacts, Fingerprint, KeyDb, MediaSlot};
+use racklift_deploy::facts::{AttrValue, BiosFacts, Fingerprint, KeyDb, MediaSlot, PowerState, TaskState};
 use racklift_deploy::secure_boot::DbPlan;
-use racklift_deploy::{Action, Facts, Outcome, State};
-use racklift_redfish::{BmcClient, BootSourceOverrideTarget, ErrorClass, KeyDatabase, SlotRef};
+use racklift_deploy::{Action, Facts, Machine, Outcome, State};
+use racklift_redfish::{
+    BmcClient, BootSourceOverrideTarget, ErrorClass, KeyDatabase, SlotRef, TaskMonitor, TaskPoll,
+};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 /// Which of the slower reads an observation needs. BIOS and key databases take several
 /// requests each, and most states never look at them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Want {
     pub bios: bool,
     pub secure_boot: bool,
+    /// The task monitor of the BIOS apply being waited for, to fill [`Facts::bios_task`].
+    pub bios_task: Option<String>,
 }
 
 impl Want {
-    /// Every read; for a state the caller cannot classify.
+    /// Every read; for a state the caller cannot classify. No task monitor: only the persisted
+    /// machine knows one ([`want_for_machine`]).
     pub const ALL: Want = Want {
         bios: true,
         secure_boot: true,
+        bios_task: None,
     };
+}
+
+/// The reads the machine's state may branch on, plus the BIOS apply's task monitor in the
+/// BIOS waits: the one fact the state alone cannot name, since the monitor URI lives on the
+/// persisted machine.
+pub fn want_for_machine(machine: &Machine) -> Want {
+    let waiting = matches!(
+        machine.state,
+        State::WaitBIOSApplied | State::WaitBIOSAppliedDeferred
+    );
+    Want {
+        bios_task: machine.bios_task_monitor.clone().filter(|_| waiting),
+        ..want_for(machine.state)
+    }
 }
 
 /// The reads `state` may branch on. Generous on purpose: reading too much only costs time,
@@ -72,7 +92,11 @@ pub fn want_for(state: State) -> Want {
             | S::WaitPowerOffSecureBoot
             | S::SecureBoot
     );
-    Want { bios, secure_boot }
+    Want {
+        bios,
+        secure_boot,
+        bios_task: None,
+    }
 }
 
 /// One observation of a BMC.
@@ -115,6 +139,32 @@ pub async fn observe(client: &BmcClient, slot: Option<&SlotRef>, want: &Want) ->
                 .and_then(|s| same_name(s.as_str()));
         }
         Err(e) => note("read system", &e, &mut out.errors),
+    }
+
+    // A monitor gives its final answer once and 404s after that, and the wait needs the power on
+    // as well as the task done: polled with the power off (or unknown), the one answer that
+    // ends the wait could be spent on an observation that cannot use it.
+    if let Some(uri) = &want.bios_task
+        && out.facts.power == Some(PowerState::On)
+    {
+        out.facts.bios_task = match client.poll_task(&TaskMonitor::from_uri(uri.as_str())).await {
+            Ok(TaskPoll::Running { .. }) => Some(TaskState::Running),
+            Ok(TaskPoll::Done { .. }) => Some(TaskState::Completed),
+            Ok(TaskPoll::Gone) => Some(TaskState::Unavailable),
+            // Not a failed read: the task ended badly, and verification says what stuck.
+            Err(e @ racklift_redfish::Error::TaskFailed { .. }) => {
+                tracing::warn!(
+                    server = client.server(),
+                    "BIOS apply task failed: {}",
+                    describe(&e)
+                );
+                Some(TaskState::Failed)
+            }
+            Err(e) => {
+                note("poll BIOS task monitor", &e, &mut out.errors);
+                None
+            }
+        };
     }
 
     out.slot = match slot {
@@ -225,17 +275,18 @@ pub async fn act(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActC
     };
     let duration_ms = started.elapsed().as_millis() as u64;
     let err = match result {
-        Ok(detail) => {
+        Ok(Done { detail, task_monitor }) => {
             tracing::info!(
                 server = client.server(),
                 action = name,
                 duration_ms,
                 "BMC action done: {detail}"
             );
-            return Acted {
-                outcome: Outcome::Succeeded,
-                error: None,
+            let outcome = match task_monitor {
+                Some(task_monitor) => Outcome::Accepted { task_monitor },
+                None => Outcome::Succeeded,
             };
+            return Acted { outcome, error: None };
         }
         Err(err) => err,
     };
@@ -306,10 +357,27 @@ impl StepError {
 
 type Step<T = ()> = Result<T, StepError>;
 
-/// Runs the action; on success, says what the BMC did (for the log line `act` writes).
-async fn execute(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActContext) -> Step<String> {
+/// What a successful action did.
+struct Done {
+    /// For the log line `act` writes.
+    detail: String,
+    /// The task monitor the BMC answered with, where the state machine waits on it (a BIOS apply).
+    task_monitor: Option<String>,
+}
+
+impl From<String> for Done {
+    fn from(detail: String) -> Self {
+        Done {
+            detail,
+            task_monitor: None,
+        }
+    }
+}
+
+/// Runs the action; on success, says what the BMC did.
+async fn execute(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActContext) -> Step<Done> {
     const CD: BootSourceOverrideTarget = BootSourceOverrideTarget::Cd;
-    Ok(match action {
+    let detail = match action {
         Action::RefreshBmcData => refresh(client, slot).await?,
         Action::PowerOff => format!("{:?}", client.power_off().await?),
         Action::PowerOn => format!("{:?}", client.power_on().await?),
@@ -319,15 +387,17 @@ async fn execute(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActC
                 .map(|(k, v)| (k.clone(), attr_json(v)))
                 .collect();
             if body.is_empty() {
-                return Ok("nothing to stage".into());
+                return Ok(Done::from("nothing to stage".to_owned()));
             }
             let staged = client.stage_bios_attributes(body).await?;
-            format!(
-                "staged at {} (apply on reset: {}, task: {:?})",
-                staged.written_to,
-                staged.apply_time_on_reset,
-                staged.task.map(|t| t.uri)
-            )
+            let task_monitor = staged.task.map(|t| t.uri);
+            return Ok(Done {
+                detail: format!(
+                    "staged at {} (apply on reset: {}, task: {task_monitor:?})",
+                    staged.written_to, staged.apply_time_on_reset,
+                ),
+                task_monitor,
+            });
         }
         Action::EnrollSecureBoot { dbs } => enroll(client, dbs, &ctx.certificates).await?,
         Action::ClearMedia => format!("{slot} eject: {:?}", client.eject_media(slot).await?),
@@ -360,7 +430,8 @@ async fn execute(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActC
                 eject?, cleared?
             )
         }
-    })
+    };
+    Ok(detail.into())
 }
 
 /// The decision state only needs to know the BMC answers; the facts themselves are observed

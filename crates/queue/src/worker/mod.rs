@@ -203,10 +203,28 @@ async fn fetch_loop(
             }
         }
         drop(permits);
+        let idle = idle_until_due(shared, config, &kinds).await;
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = wake.notified() => {}
-            _ = tokio::time::sleep(wake::jittered(config.poll_interval)) => {}
+            _ = tokio::time::sleep(idle) => {}
+        }
+    }
+}
+
+/// How long an idle pool sleeps: until the earliest queued job is due, when that is sooner than the fallback poll.
+/// A snoozed job (a wait step polling its BMC) then runs on time rather than up to a poll period late. Enqueues
+/// and early wake-ups still arrive by notification; the floor keeps a job another pool holds locked from turning
+/// this into a busy loop.
+async fn idle_until_due(shared: &Shared, config: &WorkerConfig, kinds: &[&str]) -> Duration {
+    const FLOOR: Duration = Duration::from_millis(5);
+    let fallback = wake::jittered(config.poll_interval);
+    match shared.queue.next_due(kinds).await {
+        Ok(Some(due)) => due.clamp(FLOOR, fallback.max(FLOOR)),
+        Ok(None) => fallback,
+        Err(error) => {
+            tracing::debug!(error = %error, "reading the next due time failed; polling");
+            fallback
         }
     }
 }
