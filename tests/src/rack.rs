@@ -8,7 +8,7 @@ use std::time::Duration;
 use racklift_api::demo::{self, DemoCatalog, RackServer};
 use racklift_api::{ApiConfig, AppState};
 use racklift_bmc_sim::{PersonalityChoice, Sim, SimConfig, SimHandle};
-use racklift_deploy::Config;
+use racklift_deploy::{Config, Transition};
 use racklift_queue::{Queue, QueueConfig, WorkerConfig, WorkerPool};
 use racklift_store::{DeploymentRecord, Store};
 use racklift_testdb::TestDb;
@@ -44,6 +44,35 @@ impl Rack {
         personality: PersonalityChoice,
         time_scale: f64,
         workers: bool,
+    ) -> Rack {
+        Rack::launch(
+            servers,
+            personality,
+            time_scale,
+            workers,
+            Config::for_simulation(time_scale),
+        )
+        .await
+    }
+
+    /// As [`Rack::start`], with the API and the worker pool running `config` instead of
+    /// [`Config::for_simulation`]`(time_scale)`: for a test that needs, say, a shorter step timeout than the
+    /// simulation floor.
+    pub async fn start_with_config(
+        servers: usize,
+        personality: PersonalityChoice,
+        time_scale: f64,
+        config: Config,
+    ) -> Rack {
+        Rack::launch(servers, personality, time_scale, true, config).await
+    }
+
+    async fn launch(
+        servers: usize,
+        personality: PersonalityChoice,
+        time_scale: f64,
+        workers: bool,
+        config: Config,
     ) -> Rack {
         let db = TestDb::new().await;
         let sim_config = SimConfig::for_deployments(servers, personality, time_scale);
@@ -84,7 +113,6 @@ impl Rack {
         .await
         .expect("seed the catalog");
 
-        let config = Config::for_simulation(time_scale);
         let shutdown = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
         let api_config = ApiConfig {
@@ -227,6 +255,27 @@ impl Rack {
             .map(|e| format!("{} {} {}", e.at.format("%H:%M:%S%.3f"), e.kind, e.detail))
             .collect();
         lines.join("\n")
+    }
+
+    /// The state changes of the server's newest deployment, in order (its `transition` events).
+    pub async fn transitions(&self, name: &str) -> Vec<Transition> {
+        let latest = self
+            .store
+            .latest_deployment(name)
+            .await
+            .expect("read the deployment");
+        let Some(id) = latest.map(|d| d.id) else {
+            return Vec::new();
+        };
+        let events = self.store.events(name, 0, 10_000).await.expect("read the events");
+        events
+            .into_iter()
+            .filter(|e| e.kind == "transition" && e.deployment_id == Some(id))
+            .map(|e| {
+                serde_json::from_value(e.detail.clone())
+                    .unwrap_or_else(|err| panic!("{name}: transition event {}: {err}", e.detail))
+            })
+            .collect()
     }
 
     fn index(&self, name: &str) -> usize {

@@ -42,6 +42,10 @@ pub struct FleetReport {
     pub transitions: i64,
     /// Transactions that wrote (each draws a transaction id), whole fleet phase.
     pub write_transactions: i64,
+    /// Leases of step jobs (each draws a fencing token): one per job, plus one per wait poll.
+    pub leases: i64,
+    /// Jobs enqueued: one per run of transitions, the first of each deployment included.
+    pub jobs: i64,
     /// Every committed transaction of the database, reads included.
     pub committed_transactions: i64,
     pub worker_cpu_secs: f64,
@@ -176,6 +180,8 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
         dead_letters,
         transitions,
         write_transactions: after.xid - before.xid,
+        leases: after.fence - before.fence,
+        jobs: after.job_id - before.job_id,
         committed_transactions: after.commits - before.commits,
         worker_cpu_secs: after.worker_cpu - before.worker_cpu,
         postgres_cpu_secs: after.postgres_cpu - before.postgres_cpu,
@@ -246,6 +252,8 @@ async fn wait_all(store: &Store, servers: &[RackServer], limit: Duration) -> Res
 
 struct Counters {
     xid: i64,
+    fence: i64,
+    job_id: i64,
     commits: i64,
     worker_cpu: f64,
     postgres_cpu: f64,
@@ -261,8 +269,16 @@ impl Counters {
             sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
                 .fetch_one(pool)
                 .await?;
+        // Sequence positions, read without drawing from them.
+        let (fence, job_id): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT last_value FROM job_fence_seq), (SELECT last_value FROM jobs_id_seq)",
+        )
+        .fetch_one(pool)
+        .await?;
         Ok(Counters {
             xid,
+            fence,
+            job_id,
             commits,
             worker_cpu: workers.iter().map(|w| cpu_secs(w.1, false)).sum(),
             postgres_cpu: postgres_cpu_secs(),

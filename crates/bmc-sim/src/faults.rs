@@ -30,6 +30,9 @@ pub struct Faults {
     // --- behaviour ---
     /// Accept power-offs (204) and do nothing.
     pub ignore_power_off: bool,
+    /// As `ignore_power_off`, for this many power-offs only: each one that finds the server on and is
+    /// accepted without effect counts down, and power-offs act again at zero (a BMC dropping a command).
+    pub ignore_next_power_offs: u32,
     /// Power-on answers 409 `ActionParameterValueConflict` within the window after a power-off.
     pub power_on_conflict: bool,
     /// Task monitors answer 404 from the start.
@@ -62,6 +65,16 @@ pub enum RequestFault {
 }
 
 impl Faults {
+    /// Whether this power-off of a running server is to be dropped, spending one of
+    /// `ignore_next_power_offs` if so.
+    pub fn take_ignored_power_off(&mut self) -> bool {
+        if self.ignore_next_power_offs == 0 {
+            return false;
+        }
+        self.ignore_next_power_offs -= 1;
+        true
+    }
+
     /// The request-level fault for this request (spending one of `remaining`), plus the delay.
     pub fn take_request_fault(&mut self, is_mutation: bool) -> (Option<Duration>, Option<RequestFault>) {
         let slow = (self.slow_ms > 0).then(|| Duration::from_millis(self.slow_ms));

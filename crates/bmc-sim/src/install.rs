@@ -21,7 +21,7 @@ use crate::profile::MediaRead;
 const CHUNK: u64 = 1 << 20;
 /// Size of the boot reads at the start and the end of the image.
 const BOOT_READ: u64 = 64 << 10;
-/// Slices the idle part of an install is checked in (media removed mid-install breaks it).
+/// Slices the idle part of an install is checked in (media removed while still read from breaks it).
 const IDLE_SLICES: u32 = 10;
 
 /// Read `[start, end]` of `url`. Returns the bytes received and the total size if known.
@@ -143,9 +143,12 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
             clock.sleep(step).await?;
         }
     }
+    // Having read the whole image up front, the installer works from memory: taking the media away now no longer
+    // breaks it. Streamed through the install, or cached on the BMC, the media is still being read.
+    let needs_media = mode != MediaRead::StreamFront;
     for _ in 0..IDLE_SLICES {
         clock.sleep(idle / IDLE_SLICES).await?;
-        if !media_present(bmc, generation, slot, &image)? {
+        if needs_media && !media_present(bmc, generation, slot, &image)? {
             return fail(bmc, generation, "I/O error: the media disappeared".to_owned());
         }
     }

@@ -292,10 +292,21 @@ async fn fleet(args: FleetArgs) -> anyhow::Result<()> {
         r.transitions,
         r.transitions as f64 / r.servers.max(1) as f64
     );
+    // A lease that found nothing new ends in one write (its snooze); the leases themselves are batched and stay
+    // on the transitions' side of the ledger.
+    let polls = (r.leases - r.jobs).max(0);
     println!(
-        "  write transactions:              {}  ({:.2} per transition, wait polls included)",
+        "  step leases / jobs / wait polls: {} / {} / {}  ({:.1} polls per deployment)",
+        r.leases,
+        r.jobs,
+        polls,
+        polls as f64 / r.servers.max(1) as f64
+    );
+    println!(
+        "  write transactions:              {}  ({:.2} per transition with wait polls, {:.2} without)",
         r.write_transactions,
-        r.write_transactions as f64 / r.transitions.max(1) as f64
+        r.write_transactions as f64 / r.transitions.max(1) as f64,
+        (r.write_transactions - polls).max(0) as f64 / r.transitions.max(1) as f64
     );
     println!(
         "  committed transactions (reads too): {}  ({:.1} per deployment)",

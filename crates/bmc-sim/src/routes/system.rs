@@ -202,7 +202,9 @@ pub fn reset(ctx: &Ctx<'_>) -> Response {
             m.counters.power_off_requests += 1;
             // A graceful shutdown is an ACPI request only a running OS answers.
             let acpi_ignored = kind == "GracefulShutdown" && !os_up;
-            if is_on && !ignore_off && !acpi_ignored {
+            // The one-shot fault is only spent on a power-off that would have acted (machine, then faults:
+            // the lock order the installer uses too).
+            if is_on && !ignore_off && !acpi_ignored && !bmc.faults().take_ignored_power_off() {
                 driver::power_off(bmc, &mut m);
             }
         }

@@ -211,6 +211,52 @@ async fn ignored_power_off_is_accepted_and_not_acted_on() {
 }
 
 #[tokio::test]
+async fn ignore_next_power_offs_drops_that_many_power_offs_of_a_running_server_then_acts() {
+    let sim = common::start(1, "generic").await;
+    let c = Client::new(&sim);
+    let sys = c.system(&sim.bmc_url(0)).await;
+    let link = sys["@odata.id"].as_str().unwrap();
+    let faults_path = format!("/servers/{}/faults", sim.name(0));
+    sim.set_faults(
+        0,
+        Faults {
+            ignore_next_power_offs: 1,
+            ..Faults::default()
+        },
+    );
+    // A power-off of a server that is off already has nothing to drop, so it does not spend the fault.
+    assert_eq!(c.reset(&sys, "ForceOff").await, StatusCode::NO_CONTENT);
+    assert_eq!(
+        common::control_get(&sim, &faults_path).await["ignore_next_power_offs"],
+        1,
+        "a power-off of an off server leaves the count"
+    );
+    c.reset(&sys, "On").await;
+    wait_for("On", Duration::from_secs(10), || async {
+        (c.get(link).await["PowerState"] == "On").then_some(())
+    })
+    .await;
+    // A power-off starts at once (`PoweringOff`), so "still On" right after the answer means dropped.
+    assert_eq!(c.reset(&sys, "ForceOff").await, StatusCode::NO_CONTENT);
+    assert_eq!(
+        c.get(link).await["PowerState"],
+        "On",
+        "the first power-off is dropped"
+    );
+    assert_eq!(
+        common::control_get(&sim, &faults_path).await["ignore_next_power_offs"],
+        0,
+        "the dropped power-off spends the fault"
+    );
+    assert_eq!(c.reset(&sys, "ForceOff").await, StatusCode::NO_CONTENT);
+    wait_for("Off", Duration::from_secs(10), || async {
+        (c.get(link).await["PowerState"] == "Off").then_some(())
+    })
+    .await;
+    assert_eq!(sim.truth(0)["counters"]["power_off_requests"], 3);
+}
+
+#[tokio::test]
 async fn insert_error_fault_answers_the_idrac_message() {
     let sim = common::start(1, "dell").await;
     let c = Client::new(&sim);
