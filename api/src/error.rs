@@ -111,12 +111,13 @@ pub async fn json_errors(response: Response) -> Response {
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
-    let is_json = response
+    // JSON is already the shape; HTML is the dashboard's own error page (`/ui`), meant for a browser.
+    let shaped = response
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if is_json {
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
+    if shaped {
         return response;
     }
     let code = match status {

@@ -11,8 +11,11 @@ pub mod demo;
 mod deploy;
 mod error;
 mod media;
+mod metrics;
 mod openapi;
 mod servers;
+mod triage;
+mod ui;
 mod validate;
 
 use std::net::SocketAddr;
@@ -134,6 +137,12 @@ pub fn router(state: AppState) -> Router {
             "/provisioning/servers/{name}/{action}",
             post(deploy::action_segment),
         )
+        .route("/deadletters", get(triage::list))
+        .route("/deadletters/groups", get(triage::groups))
+        // `{id}` for reads, `{id}:retry`, `{id}:discard`, `{id}:cancel` for actions (split on `:` like deploy).
+        .route("/deadletters/{id_action}", get(triage::show).post(triage::action))
+        .route("/deadletters:bulk-retry", post(triage::bulk_retry))
+        .route("/stuck", get(triage::stuck))
         .route("/openapi.json", get(openapi::document));
     Router::new()
         .nest("/1.0", api)
@@ -141,6 +150,9 @@ pub fn router(state: AppState) -> Router {
             "/media/{secret}/{file}",
             get(media::serve_media).head(media::serve_media),
         )
+        .route("/metrics", get(metrics::serve_metrics))
+        // The operator dashboard (HTML, cookie session); see `ui`.
+        .nest("/ui", ui::router())
         .fallback(error::not_found)
         // The limit sits inside the error rewriter so its plain-text 413 gets the error shape too.
         .layer(RequestBodyLimitLayer::new(limit))

@@ -124,6 +124,9 @@ fn file_part(
             ReaderStream::with_capacity(reader, 64 * 1024)
                 .map(move |chunk| {
                     if let Ok(c) = &chunk {
+                        racklift_metrics::global()
+                            .media_bytes_served
+                            .inc_by(c.len() as u64);
                         let end = offset + c.len() as u64;
                         recorder.record(deployment_id, &source, offset, end);
                         offset = end;

@@ -123,7 +123,75 @@ pub const PATHS: &[(&str, &[Operation])] = &[
             "The same actions spelled /:deploy, /:cancel-deploy, /:power, /:media",
         )],
     ),
+    (
+        "/1.0/deadletters",
+        &[(
+            "get",
+            "viewer",
+            "Dead letters, newest first: {items: [DeadLetter], next_cursor}",
+        )],
+    ),
+    (
+        "/1.0/deadletters/groups",
+        &[(
+            "get",
+            "viewer",
+            "Dead letter counts per (operation, error_class, message_id, vendor, state): {groups, total}",
+        )],
+    ),
+    (
+        "/1.0/deadletters/{id}",
+        &[(
+            "get",
+            "viewer",
+            "One dead letter: {dead_letter, deployment, timeline, live_job, actions}",
+        )],
+    ),
+    (
+        "/1.0/deadletters/{id}:retry",
+        &[(
+            "post",
+            "operator",
+            "Retry: a failed deployment resumes in from_state (default: where it failed) with a fresh budget; a BMC action is enqueued again",
+        )],
+    ),
+    (
+        "/1.0/deadletters/{id}:discard",
+        &[("post", "operator", "Mark a dead letter discarded, with a note")],
+    ),
+    (
+        "/1.0/deadletters/{id}:cancel",
+        &[(
+            "post",
+            "operator",
+            "Cancel the dead letter's deployment, with the eject / power-off clean up or without",
+        )],
+    ),
+    (
+        "/1.0/deadletters:bulk-retry",
+        &[(
+            "post",
+            "operator",
+            "Retry the open dead letters a filter matches: {bulk_id, matched, retried, skipped, skipped_items, more}",
+        )],
+    ),
+    (
+        "/1.0/stuck",
+        &[(
+            "get",
+            "viewer",
+            "Live deployments past their state's budget (?all=true: every live one): {items}",
+        )],
+    ),
     ("/1.0/openapi.json", &[("get", "none", "This document")]),
+    (
+        "/metrics",
+        &[(
+            "get",
+            "none",
+            "Prometheus metrics (also the liveness and readiness probe)",
+        )],
+    ),
     (
         "/media/{secret}/{file}",
         &[
@@ -181,6 +249,7 @@ pub fn spec() -> Value {
         }
         paths.insert((*path).to_owned(), Value::Object(item));
     }
+    triage_details(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": { "title": "racklift API", "version": env!("CARGO_PKG_VERSION") },
@@ -196,4 +265,109 @@ pub fn spec() -> Value {
 /// Public: a client needs the document before it has a token.
 pub async fn document() -> Json<Value> {
     Json(spec())
+}
+
+/// Query parameters and request bodies of the triage operations, which the generic entries above do not carry.
+fn triage_details(paths: &mut serde_json::Map<String, Value>) {
+    let q = |name: &str, ty: &str, description: &str| json!({ "name": name, "in": "query", "required": false, "schema": { "type": ty }, "description": description });
+    let filters = || {
+        vec![
+            q(
+                "operation",
+                "string",
+                "deployment, bmc_action, rolling_reboot, rolling_update",
+            ),
+            q("error_class", "string", "the error class the work died with"),
+            q("message_id", "string", "Redfish MessageId of the last BMC error"),
+            q("vendor", "string", "the server's vendor_hint"),
+            q("state", "string", "the deployment state the work failed in"),
+            q("server", "string", "server name"),
+            q("min_age_secs", "integer", "dead for at least this long"),
+            q(
+                "status",
+                "string",
+                "open (default), retried, discarded, resolved, canceled",
+            ),
+        ]
+    };
+    let mut list = filters();
+    list.push(q("limit", "integer", "page size, 1 to 500 (default 50)"));
+    list.push(q("cursor", "string", "next_cursor of the previous page"));
+    let mut groups = filters();
+    groups.push(q(
+        "limit",
+        "integer",
+        "at most this many groups, 1 to 1000 (default 1000)",
+    ));
+    let reason =
+        json!({ "type": "string", "description": "why; recorded with the caller's token name and role" });
+    let filter = json!({ "type": "object", "additionalProperties": false, "properties": {
+        "operation": { "type": "string" }, "error_class": { "type": "string" }, "message_id": { "type": "string" },
+        "vendor": { "type": "string" }, "state": { "type": "string" }, "server": { "type": "string" },
+        "min_age_secs": { "type": "integer", "minimum": 0 } } });
+    let body = |required: &[&str], properties: Value| {
+        json!({ "required": true, "content": { "application/json": { "schema": {
+            "type": "object", "additionalProperties": false, "required": required, "properties": properties } } } })
+    };
+    let details = [
+        ("/1.0/deadletters", "get", "parameters", Value::Array(list)),
+        (
+            "/1.0/deadletters/groups",
+            "get",
+            "parameters",
+            Value::Array(groups),
+        ),
+        (
+            "/1.0/stuck",
+            "get",
+            "parameters",
+            json!([q("all", "boolean", "include live deployments on track")]),
+        ),
+        (
+            "/1.0/deadletters/{id}:retry",
+            "post",
+            "requestBody",
+            body(
+                &["reason"],
+                json!({ "reason": reason, "from_state": { "type": "string",
+                    "description": "the failed state or an earlier trigger; deployments only" } }),
+            ),
+        ),
+        (
+            "/1.0/deadletters/{id}:discard",
+            "post",
+            "requestBody",
+            body(&["note"], json!({ "note": reason })),
+        ),
+        (
+            "/1.0/deadletters/{id}:cancel",
+            "post",
+            "requestBody",
+            body(
+                &["reason"],
+                json!({ "reason": reason, "skip_cleanup": { "type": "boolean", "default": false } }),
+            ),
+        ),
+        (
+            "/1.0/deadletters:bulk-retry",
+            "post",
+            "requestBody",
+            body(
+                &["reason", "filter"],
+                json!({ "reason": reason, "filter": filter,
+                        "limit": { "type": "integer", "minimum": 1, "maximum": 1000, "default": 100 } }),
+            ),
+        ),
+    ];
+    for (path, method, key, value) in details {
+        let Some(op) = paths.get_mut(path).and_then(|p| p.get_mut(method)) else {
+            continue;
+        };
+        match (key, op.get_mut(key)) {
+            ("parameters", Some(Value::Array(existing))) => {
+                existing.extend(value.as_array().cloned().unwrap_or_default());
+            }
+            _ => op[key] = value,
+        }
+    }
 }

@@ -168,6 +168,81 @@ async fn ranges_are_served_and_recorded() {
     sim.shutdown().await;
 }
 
+/// The value of an unlabelled sample in the text exposition format.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+async fn scrape(api: &Api) -> String {
+    // No bearer token: Prometheus and the kubelet's probes scrape without one.
+    let r = api.req(Method::GET, "/metrics", None).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(
+        r.headers()[CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    r.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn metrics_count_media_bytes_and_sample_the_queue() {
+    let api = Api::start().await;
+    let sim =
+        Sim::start(SimConfig::new(1, PersonalityChoice::Single(Personality::Generic)).with_time_scale(0.001))
+            .await
+            .unwrap();
+    let (token, _) = catalog(&api, &sim, LEN).await;
+    set_public_address(&api).await;
+    let r = api
+        .req(
+            Method::POST,
+            "/1.0/provisioning/servers/node1:deploy",
+            Some(OPERATOR),
+        )
+        .json(&json!({ "token": token, "seed": "web" }));
+    let (s, d) = common::read(r.send().await.unwrap()).await;
+    assert_eq!(s, 202, "{d}");
+    let secret: String = sqlx::query_scalar("SELECT media_secret FROM deployments WHERE id = $1")
+        .bind(d["id"].as_i64().unwrap())
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+
+    let before = sample(&scrape(&api).await, "racklift_media_bytes_served_total").expect("media counter");
+    let r = api
+        .req(Method::GET, &format!("/media/{secret}/incusos.img"), None)
+        .header(RANGE, "bytes=0-999")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 206);
+    assert_eq!(r.bytes().await.unwrap().len(), 1000);
+
+    let text = scrape(&api).await;
+    let after = sample(&text, "racklift_media_bytes_served_total").expect("media counter");
+    // Other tests in this binary serve media too: at least these 1000 bytes were added.
+    assert!(after - before >= 1000.0, "{before} -> {after}");
+    // The deployment's first step waits in the queue (no worker runs here), read from the database.
+    assert!(
+        text.contains("racklift_queue_jobs{kind=\"deployment.step\",state=\"queued\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("racklift_queue_oldest_due_seconds{kind=\"deployment.step\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("racklift_dead_letters_open{kind=\"bmc.action\"} 0"),
+        "{text}"
+    );
+    assert!(text.contains("racklift_deployments{state="), "{text}");
+    api.stop().await;
+    sim.shutdown().await;
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }

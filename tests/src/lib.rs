@@ -32,10 +32,13 @@ pub struct Racklift {
 }
 
 impl Racklift {
+    /// Workers serve metrics on a free port unless `args` name one: tests run several at once, and the default
+    /// port would let only the first start.
     pub fn spawn(args: &[&str], database_url: &str) -> Racklift {
         let child = tokio::process::Command::new(racklift_bin())
             .args(args)
             .env("DATABASE_URL", database_url)
+            .env("RACKLIFT_METRICS_LISTEN", "127.0.0.1:0")
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),

@@ -91,6 +91,7 @@ fn build(server: &Server, password: Secret, call_deadline: Duration) -> Result<B
         tls,
     );
     config.call_deadline = call_deadline;
+    config.vendor = server.vendor_hint.clone();
     BmcClient::new(config).map_err(|source| AccessError::Client {
         server: server.name.clone(),
         source: Box::new(source),
@@ -105,6 +106,8 @@ struct AccessKey {
     password: Secret,
     pin: Option<String>,
     insecure: bool,
+    /// The client's metrics carry the vendor hint, so a corrected hint takes a new client too.
+    vendor: Option<String>,
 }
 
 impl AccessKey {
@@ -115,6 +118,7 @@ impl AccessKey {
             password: password.clone(),
             pin: server.bmc_cert_pin.clone(),
             insecure: server.bmc_insecure,
+            vendor: server.vendor_hint.clone(),
         }
     }
 }

@@ -15,7 +15,7 @@ use racklift_deploy::facts::{CancelRequest, Fingerprint, MediaProgress};
 use racklift_deploy::{Action, Config, Decision, Deployment, Facts, Jitter, Terminal, apply_outcome, decide};
 use racklift_queue::{Failure, HandlerResult, JobContext, JobRef, Outcome, Queue, RunAt};
 use racklift_redfish::{BmcClient, SlotRef};
-use racklift_store::{DeploymentRecord, Server, Store, StoreError, queue_error, step_job};
+use racklift_store::{ApiFacts, DeploymentRecord, Server, Store, StoreError, queue_error, step_job};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -85,10 +85,17 @@ impl DeployStep {
         let store = &self.store;
         let job = ctx.job_ref();
         let mut stored = store.deployment(deployment_id).await?;
+        // One observation per lease, labelled by the state it started in; recorded on return, whichever way.
+        let _step_timer = racklift_metrics::global()
+            .deploy_step_duration
+            .with_label_values(&[stored.deployment.machine.state.name()])
+            .start_timer();
         if stored.is_finished() {
             return Ok(self.finish_job(ctx, job, &stored, None).await?);
         }
-        let server = store.server(&stored.server).await?;
+        let (server, api) = store.step_context(deployment_id).await?;
+        // The first pass uses what was just read; later passes (after a BMC call) read it again.
+        let mut fresh = Some(api);
         let call = Duration::from_secs(self.config.step_call_timeout_secs);
         let client = match self.clients.client_for(&server, call) {
             Ok(client) => client.with_fence(racklift_redfish::Fence(job.fence)),
@@ -111,7 +118,9 @@ impl DeployStep {
             if ctx.cancel.is_cancelled() {
                 return Ok(());
             }
-            let facts = self.observe(&client, &mut slot, &stored, &server, &d).await?;
+            let facts = self
+                .observe(&client, &mut slot, &stored, &server, &d, fresh.take())
+                .await?;
             let now = Utc::now();
             let step = decide(&d, &facts, now, &self.config);
             if let Some(t) = step.transition {
@@ -290,6 +299,7 @@ impl DeployStep {
         stored: &DeploymentRecord,
         server: &Server,
         d: &Deployment,
+        api: Option<ApiFacts>,
     ) -> Result<Facts, StoreError> {
         let want = deploy_bmc::want_for_machine(&d.machine);
         let observed = deploy_bmc::observe(client, slot.as_ref(), &want).await;
@@ -303,7 +313,10 @@ impl DeployStep {
         }
         let mut facts = observed.facts;
         // Registration, cancel and media reads arrive through the API; read them fresh, in one query.
-        let api = self.store.api_facts(stored.id).await?;
+        let api = match api {
+            Some(api) => api,
+            None => self.store.step_context(stored.id).await?.1,
+        };
         facts.registered = api.registered_at.is_some_and(|at| at >= stored.created_at);
         facts.cancel = api.cancel.as_ref().map(|c| CancelRequest {
             skip_cleanup: c.get("skip_cleanup").and_then(Value::as_bool).unwrap_or(false),

@@ -205,6 +205,8 @@ fn spawn_worker(
             "100",
         ])
         .env("DATABASE_URL", url)
+        // Several workers run at once: each serves metrics on a free port rather than all on the default.
+        .env("RACKLIFT_METRICS_LISTEN", "127.0.0.1:0")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

@@ -27,6 +27,8 @@ pub async fn measure(racklift: &Path, url: &str, pool: &PgPool, in_flight: usize
             "500",
         ])
         .env("DATABASE_URL", url)
+        // Several workers run at once: each serves metrics on a free port rather than all on the default.
+        .env("RACKLIFT_METRICS_LISTEN", "127.0.0.1:0")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

@@ -1,6 +1,7 @@
 //! `racklift`: one binary for every role. Each subcommand's logic lives in a library crate; this crate parses
 //! arguments, wires configuration and runs.
 
+mod api_cmd;
 mod bench_cmd;
 mod client;
 mod db;
@@ -35,8 +36,10 @@ enum Command {
     Up(up_cmd::Args),
     /// Apply the database migrations to DATABASE_URL.
     Migrate,
-    /// Run a worker pool against DATABASE_URL until Ctrl-C (or SIGTERM), then drain.
+    /// Run a worker pool against DATABASE_URL until Ctrl-C (or SIGTERM), then drain; serves /metrics meanwhile.
     Worker(worker_cmd::Args),
+    /// Serve the API (with the installation media and /metrics) against DATABASE_URL until Ctrl-C (or SIGTERM).
+    Api(api_cmd::Args),
     /// Start or stop an embedded PostgreSQL in a directory (used by ops/test).
     Db(db::DbArgs),
     /// Benchmarks.
@@ -68,6 +71,7 @@ fn run() -> anyhow::Result<()> {
         Command::Up(args) => runtime()?.block_on(up_cmd::run(args)),
         Command::Migrate => runtime()?.block_on(db::migrate_command()),
         Command::Worker(args) => runtime()?.block_on(worker_cmd::run(args)),
+        Command::Api(args) => runtime()?.block_on(api_cmd::run(args)),
         Command::Db(args) => db::db_command(args),
         Command::Bench(args) => runtime()?.block_on(bench_cmd::run(args)),
         Command::Deploy(cmd) => deploy_cmd::run(cmd),

@@ -113,7 +113,9 @@ impl Config {
         let d = Config::default();
         let s = |secs: u64| ((secs as f64 * scale).ceil() as u64).max(1);
         Config {
-            poll_interval_secs: 1,
+            // The real poll period scaled like everything else, but never below a second: a compressed rack must not
+            // poll its simulated BMCs more often per real second than a real rack would be polled per second.
+            poll_interval_secs: s(d.poll_interval_secs),
             retry_backoff_secs: s(d.retry_backoff_secs),
             retry_backoff_max_secs: s(d.retry_backoff_max_secs).max(2),
             step_timeout_secs: s(d.step_timeout_secs).max(30),

@@ -11,6 +11,7 @@
 //! - [`ranges`]: distinct-bytes media read progress.
 //! - [`rolling`]: the rolling update / reboot table.
 //! - [`mermaid`]: the diagrams generated from the tables.
+//! - [`triage`]: where a failed deployment may be resumed, and how overdue a live one is.
 //!
 //! A worker's lease, in outline (observation, persistence and the BMC call are the worker's):
 //!
@@ -51,6 +52,7 @@ pub mod record;
 pub mod rolling;
 pub mod secure_boot;
 pub mod table;
+pub mod triage;
 
 pub use config::Config;
 pub use decide::{apply_outcome, decide, run_until_blocked};
@@ -58,6 +60,7 @@ pub use decision::{Action, Cause, Decision, Failure, Jitter, Outcome, Step, Term
 pub use facts::Facts;
 pub use record::{Deployment, Machine, Plan};
 pub use table::State;
+pub use triage::{ResumeError, resume_at};
 
 /// Points in time are arguments, never read from a clock inside this crate.
 pub type Time = chrono::DateTime<chrono::Utc>;

@@ -1,7 +1,7 @@
 //! The queue's operations. Writes that belong with a caller's own writes take a connection (pass `&mut *tx`);
 //! lease and heartbeat use the pool, because a lease must commit at once to be seen by others.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +44,16 @@ pub struct JobRef {
     pub fence: Fence,
     pub attempts: i32,
     pub max_attempts: i32,
+    /// The job's kind as a bounded metrics label ([`racklift_metrics::job_kind`]), so the fenced writes can count
+    /// per kind without a look-up and the handle stays `Copy`.
+    pub(crate) kind: &'static str,
+}
+
+impl JobRef {
+    /// The job's kind as a metrics label (`other` past the label's cap).
+    pub fn kind_label(&self) -> &'static str {
+        self.kind
+    }
 }
 
 impl LeasedJob {
@@ -53,6 +63,7 @@ impl LeasedJob {
             fence: self.fence,
             attempts: self.attempts,
             max_attempts: self.max_attempts,
+            kind: racklift_metrics::job_kind(&self.kind),
         }
     }
 }
@@ -81,11 +92,40 @@ fn lease_lost(job: JobRef) -> QueueError {
     }
 }
 
+/// A fenced outcome write (complete, retry, snooze, dead letter) found the job no longer held under this fence:
+/// counted, because two holders believing they own one job is what the FenceRejections alert is about.
+///
+/// The queue's counters (retries, dead letters, rejections) are counted here rather than in the worker pool
+/// because handlers that finish a job in their own transaction (`Outcome::Finished`) write through these same
+/// methods. They count when the statement succeeds, before the caller commits: a transaction rolled back
+/// afterwards over-counts by its writes, which is rare and errs on the side of alerting.
+fn fence_rejected(job: JobRef) -> QueueError {
+    racklift_metrics::global()
+        .queue_fence_rejections
+        .with_label_values(&[job.kind])
+        .inc();
+    lease_lost(job)
+}
+
+/// Job states in the table, for the depth gauge: each known kind reports all three, zeros included.
+const JOB_STATES: [&str; 3] = ["queued", "running", "completed"];
+
 impl Queue {
     pub fn new(pool: PgPool, config: QueueConfig) -> Queue {
         Queue {
             pool,
             config: Arc::new(config),
+        }
+    }
+
+    /// The same queue on a new pool of at most `connections` to the same database, opened lazily.
+    pub fn with_dedicated_pool(&self, connections: u32) -> Queue {
+        let options = (*self.pool.connect_options()).clone();
+        Queue {
+            pool: sqlx::postgres::PgPoolOptions::new()
+                .max_connections(connections.max(1))
+                .connect_lazy_with(options),
+            config: self.config.clone(),
         }
     }
 
@@ -216,7 +256,7 @@ impl Queue {
         if done.len() == 1 {
             Ok(())
         } else {
-            Err(lease_lost(job))
+            Err(fence_rejected(job))
         }
     }
 
@@ -250,8 +290,14 @@ impl Queue {
                     .unwrap_or_else(|| self.config.backoff.sample(attempt));
                 let class = failure.error_class.as_deref().unwrap_or(failure.class.as_str());
                 match sql::retry(conn, job.id, job.fence, millis(delay), &failure.message, class).await? {
-                    1 => Ok(FailOutcome::Retried { delay }),
-                    _ => Err(lease_lost(job)),
+                    1 => {
+                        racklift_metrics::global()
+                            .queue_retries
+                            .with_label_values(&[job.kind])
+                            .inc();
+                        Ok(FailOutcome::Retried { delay })
+                    }
+                    _ => Err(fence_rejected(job)),
                 }
             }
         }
@@ -273,8 +319,15 @@ impl Queue {
             context: &failure.context,
         };
         match sql::dead_letter(conn, job.id, job.fence, &row).await? {
-            Some(dead_letter_id) => Ok(FailOutcome::DeadLettered { dead_letter_id }),
-            None => Err(lease_lost(job)),
+            Some(dead_letter_id) => {
+                let class = racklift_metrics::error_class(row.error_class.unwrap_or(row.class));
+                racklift_metrics::global()
+                    .dead_letters_opened
+                    .with_label_values(&[job.kind, class])
+                    .inc();
+                Ok(FailOutcome::DeadLettered { dead_letter_id })
+            }
+            None => Err(fence_rejected(job)),
         }
     }
 
@@ -282,7 +335,7 @@ impl Queue {
     pub async fn snooze(&self, conn: &mut PgConnection, job: JobRef, until: RunAt) -> Result<(), QueueError> {
         match sql::snooze(conn, job.id, job.fence, until.to_sql()).await? {
             1 => Ok(()),
-            _ => Err(lease_lost(job)),
+            _ => Err(fence_rejected(job)),
         }
     }
 
@@ -314,12 +367,15 @@ impl Queue {
     pub async fn rescue(&self, limit: usize) -> Result<RescueReport, QueueError> {
         let mut tx = self.pool.begin().await?;
         let mut report = RescueReport::default();
-        for (id, fence, attempts, max_attempts, holder) in sql::lock_expired(&mut tx, limit as i64).await? {
+        for (id, fence, attempts, max_attempts, holder, kind) in
+            sql::lock_expired(&mut tx, limit as i64).await?
+        {
             let job = JobRef {
                 id,
                 fence,
                 attempts,
                 max_attempts,
+                kind: racklift_metrics::job_kind(&kind),
             };
             let holder = holder.as_deref().unwrap_or("unknown");
             let failure = Failure::retryable(format!("lease expired: worker {holder} stopped heartbeating"))
@@ -348,6 +404,53 @@ impl Queue {
 
     fn keep_completed(&self) -> bool {
         !self.config.completed_retention.is_zero()
+    }
+
+    /// Reads the queue's gauges from the tables and sets them: `racklift_queue_jobs{kind,state}`,
+    /// `racklift_queue_oldest_due_seconds{kind}` and `racklift_dead_letters_open{kind}`. Every kind in `kinds`
+    /// (the ones this process knows) reports zeros rather than nothing, so a dashboard shows an empty queue as
+    /// empty and alerts see the series before the first job. Called at scrape time; two cheap GROUP BY
+    /// statements.
+    pub async fn sample_gauges(&self, kinds: &[&str]) -> Result<(), QueueError> {
+        let counts = sql::job_counts(&self.pool).await?;
+        let open = sql::open_dead_letters(&self.pool).await?;
+        let label = racklift_metrics::job_kind;
+        let known: BTreeSet<&'static str> = kinds
+            .iter()
+            .map(|&k| label(k))
+            .chain(counts.iter().map(|c| label(c.kind.as_str())))
+            .chain(open.iter().map(|(k, _)| label(k.as_str())))
+            .collect();
+        let mut depth: BTreeMap<(&str, &str), f64> = BTreeMap::new();
+        let mut lag: BTreeMap<&str, f64> = BTreeMap::new();
+        let mut dead: BTreeMap<&str, f64> = BTreeMap::new();
+        for &kind in &known {
+            for state in JOB_STATES {
+                depth.insert((kind, state), 0.0);
+            }
+            lag.insert(kind, 0.0);
+            dead.insert(kind, 0.0);
+        }
+        // Several kinds may share the `other` label: their counts add up and the worst lag wins.
+        for c in &counts {
+            let kind = label(c.kind.as_str());
+            if let Some(&state) = JOB_STATES.iter().find(|s| **s == c.state) {
+                *depth.entry((kind, state)).or_default() += c.jobs as f64;
+            }
+            let waited = lag.entry(kind).or_default();
+            *waited = waited.max(c.oldest_due_secs);
+        }
+        for (kind, n) in &open {
+            *dead.entry(label(kind.as_str())).or_default() += *n as f64;
+        }
+        let m = racklift_metrics::global();
+        racklift_metrics::set_gauges(
+            &m.queue_jobs,
+            depth.into_iter().map(|((k, s), v)| (vec![k, s], v)),
+        );
+        racklift_metrics::set_gauges(&m.queue_oldest_due, lag.into_iter().map(|(k, v)| (vec![k], v)));
+        racklift_metrics::set_gauges(&m.dead_letters_open, dead.into_iter().map(|(k, v)| (vec![k], v)));
+        Ok(())
     }
 }
 

@@ -323,9 +323,9 @@ pub(crate) async fn wake(conn: &mut PgConnection, id: JobId) -> sqlx::Result<Opt
 pub(crate) async fn lock_expired(
     conn: &mut PgConnection,
     limit: i64,
-) -> sqlx::Result<Vec<(JobId, Fence, i32, i32, Option<String>)>> {
+) -> sqlx::Result<Vec<(JobId, Fence, i32, i32, Option<String>, String)>> {
     let rows = sqlx::query(
-        "SELECT id, fence, attempts, max_attempts, leased_by FROM jobs
+        "SELECT id, fence, attempts, max_attempts, leased_by, kind FROM jobs
          WHERE state = 'running' AND lease_expires_at < now()
          ORDER BY lease_expires_at
          LIMIT $1
@@ -342,6 +342,7 @@ pub(crate) async fn lock_expired(
                 r.try_get(2)?,
                 r.try_get(3)?,
                 r.try_get(4)?,
+                r.try_get(5)?,
             ))
         })
         .collect()
@@ -364,4 +365,35 @@ pub(crate) async fn purge_completed<'c>(
     .execute(conn)
     .await
     .map(|r| r.rows_affected())
+}
+
+/// One (kind, state) group of the jobs table, for the scrape-time gauges.
+#[derive(sqlx::FromRow)]
+pub(crate) struct JobCount {
+    pub kind: String,
+    pub state: String,
+    pub jobs: i64,
+    /// Seconds since the oldest due `queued` job of the group fell due; 0 for other states or none due.
+    pub oldest_due_secs: f64,
+}
+
+/// Jobs per kind and state, with how long the oldest due queued one has waited, in one scan. Completed rows are
+/// counted too (the dashboard shows them until retention purges them), which bounds the scan by the retention.
+pub(crate) async fn job_counts<'c>(conn: impl PgExecutor<'c>) -> sqlx::Result<Vec<JobCount>> {
+    sqlx::query_as(
+        "SELECT kind, state, count(*) AS jobs,
+                COALESCE(extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'queued' AND run_at <= now())),
+                         0)::float8 AS oldest_due_secs
+         FROM jobs
+         GROUP BY kind, state",
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Untriaged dead letters per kind (the partial index `dead_letters_open` covers the predicate).
+pub(crate) async fn open_dead_letters<'c>(conn: impl PgExecutor<'c>) -> sqlx::Result<Vec<(String, i64)>> {
+    sqlx::query_as("SELECT kind, count(*) FROM dead_letters WHERE triage_status = 'open' GROUP BY kind")
+        .fetch_all(conn)
+        .await
 }

@@ -255,31 +255,7 @@ impl Store {
         by: &str,
     ) -> Result<DeploymentRecord, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "UPDATE deployments SET cancel = $2, updated_at = now() WHERE server = $1 AND finished_at IS NULL \
-             RETURNING {COLUMNS}"
-        )))
-        .bind(server)
-        .bind(serde_json::json!({ "skip_cleanup": skip_cleanup }))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            return Err(StoreError::NotFound {
-                what: "running deployment on server",
-                name: server.to_owned(),
-            });
-        };
-        let record: DeploymentRecord = row.try_into()?;
-        crate::events::insert(
-            &mut *tx,
-            server,
-            Some(record.id),
-            "cancel_requested",
-            None,
-            &serde_json::json!({ "by": by, "skip_cleanup": skip_cleanup }),
-        )
-        .await?;
-        wake_step(queue, &mut tx, server, true).await?;
+        let record = request_cancel_in(&mut tx, queue, server, skip_cleanup, by).await?;
         tx.commit().await?;
         Ok(record)
     }
@@ -403,6 +379,75 @@ impl Store {
             .await?;
         Ok(())
     }
+
+    /// Sets `racklift_deployments{state}` from the table, at scrape time. States are the state machine's names,
+    /// a fixed set, so they need no cap.
+    pub async fn sample_deployment_gauges(&self) -> Result<(), StoreError> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT state, count(*) FROM deployments GROUP BY state")
+                .fetch_all(&self.pool)
+                .await?;
+        racklift_metrics::set_gauges(
+            &racklift_metrics::global().deployments,
+            rows.iter().map(|(state, n)| (vec![state.as_str()], *n as f64)),
+        );
+        Ok(())
+    }
+
+    /// Every gauge read from the database at scrape time, by the API and the workers alike: the queue's (through
+    /// its own statements, with zeros for `kinds`) and the deployments'.
+    pub async fn sample_gauges(&self, queue: &Queue, kinds: &[&str]) -> Result<(), StoreError> {
+        queue.sample_gauges(kinds).await.map_err(queue_error)?;
+        self.sample_deployment_gauges().await
+    }
+}
+
+/// [`Store::request_cancel`] in the caller's transaction, so the triage can record its action beside it.
+pub(crate) async fn request_cancel_in(
+    tx: &mut PgConnection,
+    queue: &Queue,
+    server: &str,
+    skip_cleanup: bool,
+    by: &str,
+) -> Result<DeploymentRecord, StoreError> {
+    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE deployments SET cancel = $2, updated_at = now() WHERE server = $1 AND finished_at IS NULL \
+         RETURNING {COLUMNS}"
+    )))
+    .bind(server)
+    .bind(serde_json::json!({ "skip_cleanup": skip_cleanup }))
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(row) = row else {
+        return Err(StoreError::NotFound {
+            what: "running deployment on server",
+            name: server.to_owned(),
+        });
+    };
+    let record: DeploymentRecord = row.try_into()?;
+    crate::events::insert(
+        &mut *tx,
+        server,
+        Some(record.id),
+        "cancel_requested",
+        None,
+        &serde_json::json!({ "by": by, "skip_cleanup": skip_cleanup }),
+    )
+    .await?;
+    wake_step(queue, tx, server, true).await?;
+    Ok(record)
+}
+
+/// Reads a deployment and locks its row until the caller's transaction ends, so a triage action and a worker's
+/// fenced `save_machine` cannot interleave.
+pub(crate) async fn lock_deployment(tx: &mut PgConnection, id: i64) -> Result<DeploymentRecord, StoreError> {
+    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM deployments WHERE id = $1 FOR UPDATE"
+    )))
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    row.ok_or_else(|| not_found(id))?.try_into()
 }
 
 /// Finds the server's live step job and makes it due now; with `revoke`, also takes the lease from its holder.

@@ -11,6 +11,7 @@ mod error;
 mod events;
 mod media;
 mod servers;
+mod triage;
 
 pub use bmc_actions::{BMC_ACTION_KIND, BmcAction, BmcActionPayload};
 pub use catalog::{
@@ -22,6 +23,12 @@ pub use error::StoreError;
 pub use events::Event;
 pub use media::{ApiFacts, MediaRead, MediaTarget};
 pub use servers::{NewServer, Server, ServerStatus, ServerUpdate, advance_fence};
+pub use triage::actions::{Canceled, Retried, TriageError};
+pub use triage::bulk::{BulkRetry, Skipped};
+pub use triage::{
+    Cursor, DeadLetter, DeadLetterDetail, DeadLetterFilter, DeadLetterGroup, DeadLetterPage,
+    DeadLetterSummary, LiveJob, StuckDeployment, TriageAction, TriageStatus, redact, redact_text,
+};
 
 use sqlx::PgPool;
 

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use racklift_deploy::ranges::RangeSet;
 
-use crate::{Store, StoreError};
+use crate::servers::{ServerRow, qualified_columns};
+use crate::{Server, Store, StoreError};
 
 /// Ranges served to one source since the last flush.
 #[derive(Debug, Clone)]
@@ -87,39 +88,43 @@ impl Store {
         Ok(())
     }
 
-    /// Registration, cancel and media reads of a deployment in one query.
-    pub async fn api_facts(&self, deployment_id: i64) -> Result<ApiFacts, StoreError> {
-        type FactRow = (
-            Option<DateTime<Utc>>,
-            Option<serde_json::Value>,
-            Option<String>,
-            Option<serde_json::Value>,
-            Option<DateTime<Utc>>,
-        );
-        let rows: Vec<FactRow> = sqlx::query_as(
-            "SELECT s.registered_at, d.cancel, m.source, m.ranges, m.last_read_at \
+    /// The deployment's server with what reached the deployment through the API (registration, cancel, media
+    /// reads), in one query: a wait step polls this on every pass.
+    pub async fn step_context(&self, deployment_id: i64) -> Result<(Server, ApiFacts), StoreError> {
+        #[derive(sqlx::FromRow)]
+        struct ContextRow {
+            #[sqlx(flatten)]
+            server: ServerRow,
+            cancel: Option<serde_json::Value>,
+            source: Option<String>,
+            ranges: Option<serde_json::Value>,
+            last_read_at: Option<DateTime<Utc>>,
+        }
+        let rows: Vec<ContextRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {}, d.cancel, m.source, m.ranges, m.last_read_at \
              FROM deployments d JOIN servers s ON s.name = d.server \
              LEFT JOIN media_reads m ON m.deployment_id = d.id WHERE d.id = $1",
-        )
+            qualified_columns("s")
+        )))
         .bind(deployment_id)
         .fetch_all(&self.pool)
         .await?;
         let mut facts = ApiFacts::default();
-        if rows.is_empty() {
-            return Err(StoreError::NotFound {
-                what: "deployment",
-                name: deployment_id.to_string(),
-            });
-        }
-        for (registered_at, cancel, source, ranges, at) in rows {
-            facts.registered_at = registered_at;
-            facts.cancel = cancel;
-            if let (Some(source), Some(ranges)) = (source, ranges) {
+        let mut server = None;
+        for row in rows {
+            facts.registered_at = row.server.registered_at;
+            facts.cancel = row.cancel;
+            if let (Some(source), Some(ranges)) = (row.source, row.ranges) {
                 facts.media.insert(source, range_set(ranges)?);
-                facts.last_read_at = facts.last_read_at.max(at);
+                facts.last_read_at = facts.last_read_at.max(row.last_read_at);
             }
+            server = Some(row.server);
         }
-        Ok(facts)
+        let server = server.ok_or_else(|| StoreError::NotFound {
+            what: "deployment",
+            name: deployment_id.to_string(),
+        })?;
+        Ok((server.into(), facts))
     }
 
     /// The deployment and image file a media secret leads to.

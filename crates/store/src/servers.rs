@@ -61,7 +61,7 @@ impl Server {
 }
 
 #[derive(sqlx::FromRow)]
-struct ServerRow {
+pub(crate) struct ServerRow {
     name: String,
     bmc_address: String,
     bmc_username: String,
@@ -72,7 +72,7 @@ struct ServerRow {
     status: String,
     status_detail: String,
     fence: i64,
-    registered_at: Option<DateTime<Utc>>,
+    pub(crate) registered_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -124,6 +124,15 @@ pub struct ServerUpdate {
 
 const COLUMNS: &str = "name, bmc_address, bmc_username, bmc_password_ref, bmc_cert_pin, bmc_insecure, vendor_hint, \
                        status, status_detail, fence, registered_at, created_at, updated_at";
+
+/// [`COLUMNS`] qualified with a table alias, for joins.
+pub(crate) fn qualified_columns(alias: &str) -> String {
+    COLUMNS
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 fn not_found(name: &str) -> StoreError {
     StoreError::NotFound {

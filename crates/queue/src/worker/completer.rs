@@ -8,12 +8,13 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::job::{Fence, JobId};
-use crate::queue::Queue;
+use crate::queue::{JobRef, Queue};
 
 /// The largest batch one statement completes.
 const MAX_BATCH: usize = 5000;
 
-type Request = (JobId, Fence, oneshot::Sender<bool>);
+/// (job, fence, kind label, where to say whether the completion was accepted)
+type Request = (JobId, Fence, &'static str, oneshot::Sender<bool>);
 
 #[derive(Clone)]
 pub(crate) struct Completer {
@@ -30,9 +31,9 @@ impl Completer {
 
     /// Completes the job; `false` when its fence was no longer current (or the write kept failing, in which case
     /// the lease runs out and the rescuer runs the job again: at least once, never lost).
-    pub(crate) async fn complete(&self, id: JobId, fence: Fence) -> bool {
+    pub(crate) async fn complete(&self, job: JobRef) -> bool {
         let (done, accepted) = oneshot::channel();
-        if self.tx.send((id, fence, done)).await.is_err() {
+        if self.tx.send((job.id, job.fence, job.kind, done)).await.is_err() {
             return false;
         }
         accepted.await.unwrap_or(false)
@@ -64,7 +65,7 @@ async fn run(queue: Queue, mut rx: mpsc::Receiver<Request>, concurrent_flushes: 
 }
 
 async fn flush(queue: &Queue, batch: Vec<Request>) {
-    let pairs: Vec<(JobId, Fence)> = batch.iter().map(|(id, fence, _)| (*id, *fence)).collect();
+    let pairs: Vec<(JobId, Fence)> = batch.iter().map(|(id, fence, _, _)| (*id, *fence)).collect();
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=5 {
         let result = async {
@@ -75,9 +76,13 @@ async fn flush(queue: &Queue, batch: Vec<Request>) {
         match result {
             Ok(mut accepted) => {
                 accepted.sort_unstable();
-                for (id, fence, done) in batch {
+                for (id, fence, kind, done) in batch {
                     let ok = accepted.binary_search(&id).is_ok();
                     if !ok {
+                        racklift_metrics::global()
+                            .queue_fence_rejections
+                            .with_label_values(&[kind])
+                            .inc();
                         tracing::warn!(
                             job_id = id,
                             fence,
@@ -95,7 +100,7 @@ async fn flush(queue: &Queue, batch: Vec<Request>) {
             }
         }
     }
-    for (_, _, done) in batch {
+    for (_, _, _, done) in batch {
         let _ = done.send(false);
     }
 }

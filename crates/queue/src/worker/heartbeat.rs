@@ -46,6 +46,10 @@ impl Liveness {
     }
 
     fn mark_lost(&self) {
+        racklift_metrics::global()
+            .queue_lease_lost
+            .with_label_values(&[self.job.kind])
+            .inc();
         self.lost.store(true, Ordering::Release);
         self.cancel.cancel();
     }

@@ -92,8 +92,14 @@ fn default_holder() -> String {
     )
 }
 
+/// Connections reserved for lease renewals. Handlers share the main pool, and a thousand of them waiting for a
+/// connection must not starve the renewals that keep their own leases alive.
+const HEARTBEAT_CONNECTIONS: u32 = 2;
+
 struct Shared {
     queue: Queue,
+    /// The same queue on its own small pool, used only by heartbeats.
+    heartbeats: Queue,
     registry: Registry,
     completer: Completer,
 }
@@ -106,6 +112,7 @@ pub struct WorkerPool {
 
 impl WorkerPool {
     pub fn new(queue: Queue, registry: Registry, config: WorkerConfig) -> WorkerPool {
+        zero_counters(&registry.kinds());
         WorkerPool {
             queue,
             registry,
@@ -124,6 +131,7 @@ impl WorkerPool {
         let kinds = registry.kinds();
         let (completer, completer_task) = Completer::start(queue.clone(), config.completer_flushes);
         let shared = Arc::new(Shared {
+            heartbeats: queue.with_dedicated_pool(HEARTBEAT_CONNECTIONS),
             queue: queue.clone(),
             registry,
             completer,
@@ -214,10 +222,10 @@ async fn fetch_loop(
 
 /// How long an idle pool sleeps: until the earliest queued job is due, when that is sooner than the fallback poll.
 /// A snoozed job (a wait step polling its BMC) then runs on time rather than up to a poll period late. Enqueues
-/// and early wake-ups still arrive by notification; the floor keeps a job another pool holds locked from turning
-/// this into a busy loop.
+/// and early wake-ups still arrive by notification. The floor lets jobs falling due close together be leased in
+/// one statement, and keeps a due job another pool holds locked from turning this into a busy loop.
 async fn idle_until_due(shared: &Shared, config: &WorkerConfig, kinds: &[&str]) -> Duration {
-    const FLOOR: Duration = Duration::from_millis(5);
+    const FLOOR: Duration = Duration::from_millis(20);
     let fallback = wake::jittered(config.poll_interval);
     match shared.queue.next_due(kinds).await {
         Ok(Some(due)) => due.clamp(FLOOR, fallback.max(FLOOR)),
@@ -243,18 +251,50 @@ fn spawn_batch(
     let ttl = shared.queue.config().lease_ttl;
     let batch = Batch::new(jobs.len());
     let mut watched = Vec::with_capacity(jobs.len());
+    let leases = &racklift_metrics::global().queue_leases;
     for (job, permit) in jobs.into_iter().zip(permits.drain(..)) {
-        let liveness = Arc::new(Liveness::new(job.job_ref(), LeaseClock::new(leased_at + ttl)));
+        let job_ref = job.job_ref();
+        leases.with_label_values(&[job_ref.kind]).inc();
+        let liveness = Arc::new(Liveness::new(job_ref, LeaseClock::new(leased_at + ttl)));
         watched.push(liveness.clone());
         tracker.spawn(run_job(shared.clone(), job, liveness, batch.clone(), permit));
     }
     tracker.spawn(heartbeat::watch_batch(
-        shared.queue.clone(),
+        shared.heartbeats.clone(),
         watched,
         batch,
         leased_at + ttl / 3,
         tracker.clone(),
     ));
+}
+
+/// Creates this pool's per-kind counters at zero, so the first lease, loss or retry after a start is an increase
+/// that `rate` and `increase` see, not the appearance of a series.
+fn zero_counters(kinds: &[String]) {
+    let m = racklift_metrics::global();
+    for kind in kinds {
+        let kind = [racklift_metrics::job_kind(kind)];
+        for counter in [
+            &m.queue_leases,
+            &m.queue_lease_lost,
+            &m.queue_fence_rejections,
+            &m.queue_retries,
+        ] {
+            counter.with_label_values(&kind).inc_by(0);
+        }
+    }
+}
+
+/// The `outcome` label of `racklift_job_duration_seconds`: what the handler returned, or that its lease was lost
+/// meanwhile (its outcome is then discarded).
+fn outcome_label(result: &HandlerResult, lost: bool) -> &'static str {
+    match result {
+        _ if lost => "lease_lost",
+        Ok(Outcome::Complete) => "complete",
+        Ok(Outcome::Snooze(_)) => "snooze",
+        Ok(Outcome::Finished) => "finished",
+        Err(_) => "failed",
+    }
 }
 
 fn take_free_slots(slots: &Arc<Semaphore>, permits: &mut Vec<OwnedSemaphorePermit>, batch: usize) {
@@ -300,7 +340,12 @@ async fn run_job(
                 .with_error_class("panic"),
         ),
     };
-    let duration_ms = started.elapsed().as_millis() as u64;
+    let elapsed = started.elapsed();
+    racklift_metrics::global()
+        .job_duration
+        .with_label_values(&[job_ref.kind, outcome_label(&result, liveness.is_lost())])
+        .observe(elapsed.as_secs_f64());
+    let duration_ms = elapsed.as_millis() as u64;
     // The outcome is written under the job's span; `instrument` (not `enter`) because it awaits. The heartbeat,
     // if one started, keeps the lease until then.
     write_outcome(&shared, job_ref, &result, &liveness, duration_ms)
@@ -326,7 +371,7 @@ async fn write_outcome(
     } else {
         let written = match result {
             Ok(Outcome::Complete) => {
-                if shared.completer.complete(job_ref.id, job_ref.fence).await {
+                if shared.completer.complete(job_ref).await {
                     Ok(())
                 } else {
                     Err(crate::QueueError::LeaseLost {

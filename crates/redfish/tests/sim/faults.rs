@@ -155,3 +155,35 @@ async fn wrong_credentials_are_auth_errors_and_never_printed() {
     let shown = format!("{err} {err:?} {c:?}");
     assert!(!shown.contains("xyzzy"), "{shown}");
 }
+
+#[tokio::test]
+async fn every_operation_is_timed_by_vendor_and_failures_are_counted_by_class() {
+    let sim = fleet(1, "generic").await;
+    let mut cfg = config(&sim, 0);
+    cfg.vendor = Some(" Metrics-Probe ".into());
+    let c = BmcClient::new(cfg).expect("client");
+    assert_eq!(c.vendor(), "metrics-probe");
+    let m = racklift_metrics::global();
+    let calls = || {
+        m.bmc_call_duration
+            .with_label_values(&["metrics-probe", "read_system"])
+            .get_sample_count()
+    };
+    let busy = || {
+        m.bmc_call_errors
+            .with_label_values(&["metrics-probe", "busy"])
+            .get()
+    };
+    c.read_system().await.expect("read");
+    assert_eq!((calls(), busy()), (1, 0));
+    sim.set_faults(
+        0,
+        Faults {
+            status: Some(500),
+            ..Default::default()
+        },
+    );
+    // One operation, however many polite retries it made.
+    c.read_system().await.expect_err("persistent 500");
+    assert_eq!((calls(), busy()), (2, 1));
+}

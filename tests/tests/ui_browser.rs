@@ -1,0 +1,318 @@
+//! The operator dashboard in a real browser: headless Chromium driven through chromedriver (WebDriver) against a
+//! whole rack whose deployment failed for real (the BMC refuses every write, so the retries run out and the step
+//! job is dead-lettered). A viewer sees the dead letter but no action form, and a POST forged from its page is
+//! refused; an operator opens the detail, sees the timeline, retries with a reason once the BMC is healthy again,
+//! sees the item leave the open list, and the deployment completes.
+//!
+//! Needs the Debian packages `chromium` and `chromium-driver` (CI installs them); without chromedriver the test
+//! fails saying so. With `RACKLIFT_SCREENSHOTS=1` it rewrites the runbook's screenshots in `ops/runbook/`.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use racklift_bmc_sim::{Faults, Personality, PersonalityChoice};
+use racklift_deploy::State;
+use racklift_store::Role;
+use racklift_tests::rack::Rack;
+use racklift_tests::wait_for;
+use serde_json::{Value, json};
+
+const OPERATOR: &str = "ui-operator-secret";
+const VIEWER: &str = "ui-viewer-secret";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// chromedriver from `CHROMEDRIVER` or the PATH; a missing one is a broken test machine, not a pass.
+fn chromedriver() -> PathBuf {
+    if let Some(p) = std::env::var_os("CHROMEDRIVER") {
+        return p.into();
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join("chromedriver"))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "chromedriver is not installed: this test needs the Debian packages `chromium` and \
+                 `chromium-driver` (apt-get install -y chromium chromium-driver), or CHROMEDRIVER=<path>"
+            )
+        })
+}
+
+/// A chromedriver child on a free port, killed when dropped.
+struct Driver {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+async fn start_driver() -> Driver {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = tokio::process::Command::new(chromedriver())
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start chromedriver");
+    let url = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    wait_for(WAIT, "chromedriver to answer /status", || async {
+        match http.get(format!("{url}/status")).send().await {
+            Ok(r) => r
+                .json::<Value>()
+                .await
+                .is_ok_and(|v| v["value"]["ready"] == json!(true)),
+            Err(_) => false,
+        }
+    })
+    .await;
+    Driver { _child: child, url }
+}
+
+async fn browser(driver: &Driver) -> Client {
+    let mut options = json!({ "args": ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                       "--disable-background-networking", "--window-size=1400,1000"] });
+    if std::path::Path::new("/usr/bin/chromium").exists() {
+        options["binary"] = json!("/usr/bin/chromium");
+    }
+    // ring and aws-lc-rs are both linked (fantoccini's TLS stack brings the second), so rustls cannot pick a
+    // default provider itself; chromedriver is plain HTTP on loopback anyway.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut caps = serde_json::Map::new();
+    caps.insert("goog:chromeOptions".into(), options);
+    ClientBuilder::rustls()
+        .expect("TLS roots")
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a Chromium session through chromedriver")
+}
+
+async fn login(c: &Client, base: &str, secret: &str) {
+    c.goto(&format!("{base}/ui")).await.expect("open /ui");
+    // No session yet: the dashboard sends the browser to the login form.
+    let token = c
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#token"))
+        .await
+        .expect("the login form");
+    token.send_keys(secret).await.expect("type the token");
+    c.find(Locator::Css("#login"))
+        .await
+        .expect("login button")
+        .click()
+        .await
+        .expect("log in");
+    c.wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#deadletters"))
+        .await
+        .expect("the dead-letter list after logging in");
+}
+
+async fn logout(c: &Client) {
+    c.find(Locator::Css("header form button"))
+        .await
+        .expect("logout button")
+        .click()
+        .await
+        .expect("log out");
+    c.wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#token"))
+        .await
+        .expect("back at the login form");
+}
+
+async fn count(c: &Client, css: &str) -> usize {
+    c.find_all(Locator::Css(css)).await.map(|v| v.len()).unwrap_or(0)
+}
+
+async fn screenshot(c: &Client, name: &str) {
+    if std::env::var("RACKLIFT_SCREENSHOTS").as_deref() != Ok("1") {
+        return;
+    }
+    let png = c.screenshot().await.expect("screenshot");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ops/runbook")
+        .join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).expect("ops/runbook");
+    std::fs::write(&path, png).expect("write the screenshot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_triages_a_failed_deployment_in_the_browser() {
+    let driver = start_driver().await;
+    let rack = Rack::start(1, PersonalityChoice::Single(Personality::Generic), 0.01).await;
+    for (name, secret, role) in [
+        ("ui-operator", OPERATOR, Role::Operator),
+        ("ui-viewer", VIEWER, Role::Viewer),
+    ] {
+        rack.store
+            .put_api_token(name, secret, role)
+            .await
+            .expect("API token");
+    }
+    let name = rack.sim.name(0).to_owned();
+    rack.sim.set_faults(
+        0,
+        Faults {
+            status: Some(500),
+            only_mutations: true,
+            ..Faults::default()
+        },
+    );
+    assert_eq!(rack.deploy(&name, json!({})).await.status(), 202);
+    let failed = rack.wait_finished(&name, Duration::from_secs(120)).await;
+    assert_eq!(failed.deployment.machine.state, State::Failed);
+    let id: i64 =
+        sqlx::query_scalar("SELECT id FROM dead_letters WHERE server = $1 AND triage_status = 'open'")
+            .bind(&name)
+            .fetch_one(&rack.db.pool)
+            .await
+            .expect("the deployment's dead letter");
+    let row = format!(r#"tr.deadletter[data-id="{id}"]"#);
+    let base = rack.api_url.clone();
+    let c = browser(&driver).await;
+
+    // The operator sees it listed, then its detail with the timeline.
+    login(&c, &base, OPERATOR).await;
+    let listed = c
+        .find(Locator::Css(&row))
+        .await
+        .expect("the dead letter is listed");
+    let text = listed.text().await.expect("row text");
+    assert!(text.contains(&name) && text.contains("ApplyBIOS"), "{text}");
+    screenshot(&c, "deadletters.png").await;
+    listed
+        .find(Locator::Css("a.detail"))
+        .await
+        .expect("detail link")
+        .click()
+        .await
+        .expect("open the detail");
+    c.wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#timeline tr.event"))
+        .await
+        .expect("the timeline");
+    let timeline = c
+        .find(Locator::Css("#timeline"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        timeline.contains("transition") && timeline.contains("bmc_call"),
+        "{timeline}"
+    );
+    assert!(timeline.contains("Failed"), "{timeline}");
+    assert_eq!(
+        count(&c, "form#retry").await,
+        1,
+        "an operator gets the retry form"
+    );
+    screenshot(&c, "detail.png").await;
+    logout(&c).await;
+
+    // A viewer sees the same pages without any action form, and a POST forged from its page is refused.
+    login(&c, &base, VIEWER).await;
+    c.goto(&format!("{base}/ui?server={name}")).await.unwrap();
+    c.wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css(&row))
+        .await
+        .expect("listed for the viewer");
+    assert_eq!(
+        count(&c, "form#bulk-retry").await,
+        0,
+        "no bulk retry for a viewer"
+    );
+    c.goto(&format!("{base}/ui/deadletters/{id}")).await.unwrap();
+    c.wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#timeline tr.event"))
+        .await
+        .expect("the viewer's detail");
+    for form in ["form#retry", "form#discard", "form#cancel"] {
+        assert_eq!(count(&c, form).await, 0, "{form} shown to a viewer");
+    }
+    let forged = c
+        .execute(
+            "const csrf = document.querySelector('input[name=csrf]').value; \
+             return fetch(arguments[0], { method: 'POST', credentials: 'same-origin', \
+               headers: { 'Content-Type': 'application/x-www-form-urlencoded' }, \
+               body: 'reason=forged&csrf=' + csrf }).then(r => r.status);",
+            vec![json!(format!("/ui/deadletters/{id}/retry"))],
+        )
+        .await
+        .expect("forge a POST");
+    assert_eq!(forged, json!(403), "a viewer's POST is refused");
+    logout(&c).await;
+
+    // The BMC is healthy again: the operator retries, and the item leaves the open list.
+    rack.sim.set_faults(0, Faults::default());
+    login(&c, &base, OPERATOR).await;
+    c.goto(&format!("{base}/ui/deadletters/{id}")).await.unwrap();
+    let reason = c
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("form#retry input[name=reason]"))
+        .await
+        .unwrap();
+    reason.send_keys("BMC writes work again").await.unwrap();
+    c.find(Locator::Css("form#retry button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .expect("submit the retry");
+    let flash = c
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#flash"))
+        .await
+        .expect("a flash message");
+    let said = flash.text().await.unwrap();
+    assert!(said.contains(&format!("dead letter {id} retried")), "{said}");
+    wait_for(WAIT, "the retried dead letter to leave the open list", || async {
+        count(&c, &row).await == 0
+    })
+    .await;
+    let resumed = rack
+        .store
+        .latest_deployment(&name)
+        .await
+        .unwrap()
+        .expect("the deployment");
+    assert_eq!(resumed.id, failed.id);
+    assert_ne!(
+        resumed.deployment.machine.state,
+        State::Failed,
+        "the deployment resumed"
+    );
+    let done = rack.wait_finished(&name, Duration::from_secs(120)).await;
+    assert_eq!(
+        done.deployment.machine.state,
+        State::Completed,
+        "{:?}",
+        done.deployment.machine
+    );
+    let by: String = sqlx::query_scalar("SELECT actor FROM triage_actions WHERE dead_letter_id = $1")
+        .bind(id)
+        .fetch_one(&rack.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(by, "ui-operator");
+
+    c.close().await.expect("close the browser");
+    rack.stop().await;
+}
