@@ -135,8 +135,10 @@ async fn deploy(personality: &str) {
     })
     .await;
     eject(&c, &c.get(slot["@odata.id"].as_str().unwrap()).await).await;
+    // The callback's receiver sees the request before the simulated OS has read the answer and recorded itself
+    // registered: wait for both.
     wait_for("registration", LONG, || async {
-        (!regs.lock().unwrap().is_empty()).then_some(())
+        (!regs.lock().unwrap().is_empty() && sim.truth(0)["registered"] == true).then_some(())
     })
     .await;
     let (token, body) = regs.lock().unwrap()[0].clone();
