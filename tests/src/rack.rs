@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use racklift_api::demo::{self, DemoCatalog, RackServer};
 use racklift_api::{ApiConfig, AppState};
-use racklift_bmc_sim::{PersonalityChoice, Sim, SimConfig, SimHandle};
+use racklift_bmc_sim::{Faults, PersonalityChoice, Sim, SimConfig, SimHandle};
 use racklift_deploy::{Config, Transition};
 use racklift_queue::{Queue, QueueConfig, WorkerConfig, WorkerPool};
 use racklift_store::{DeploymentRecord, Store};
 use racklift_testdb::TestDb;
 use racklift_workers::DeployStep;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 pub struct Rack {
@@ -188,6 +188,25 @@ impl Rack {
             .send()
             .await
             .expect("deploy request")
+    }
+
+    /// Makes server `i`'s BMC answer every mutation with HTTP 500, deploys it and waits until the deployment has
+    /// failed (its retries spent), returning it: the common way to get a dead letter to triage.
+    pub async fn deploy_into_failure(&self, i: usize) -> DeploymentRecord {
+        self.sim.set_faults(
+            i,
+            Faults {
+                status: Some(500),
+                only_mutations: true,
+                ..Faults::default()
+            },
+        );
+        let name = self.sim.name(i).to_owned();
+        assert_eq!(self.deploy(&name, json!({})).await.status(), 202);
+        let failed = self.wait_finished(&name, Duration::from_secs(120)).await;
+        let machine = &failed.deployment.machine;
+        assert_eq!(machine.state, racklift_deploy::State::Failed, "{machine:?}");
+        failed
     }
 
     /// Waits until the server's newest deployment has finished and returns it; on timeout, fails with the

@@ -1,47 +1,9 @@
 //! `racklift server …` as an operator runs it: the built binary as a child process against a rack whose API runs
 //! in this test process. Checks the exit codes and the messages a human would read.
 
-use std::process::{Output, Stdio};
-use std::time::Duration;
-
 use racklift_bmc_sim::{Personality, PersonalityChoice};
+use racklift_tests::cli::{describe, racklift};
 use racklift_tests::rack::Rack;
-use racklift_tests::racklift_bin;
-
-/// Runs `racklift` with `args` and `env`, with RACKLIFT_TOKEN and RACKLIFT_API removed unless `env` sets them
-/// and HOME pointing at an empty directory, so the developer's own token file cannot leak into the test.
-async fn racklift(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let home = std::env::temp_dir().join(format!("racklift-cli-home-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&home).expect("temp HOME");
-    let mut command = tokio::process::Command::new(racklift_bin());
-    command
-        .args(args)
-        .env_remove("RACKLIFT_TOKEN")
-        .env_remove("RACKLIFT_API")
-        .env("HOME", &home)
-        .env("RUST_LOG", "warn")
-        // The messages are checked as a user sees them, without the backtrace a developer may have enabled.
-        .env("RUST_BACKTRACE", "0")
-        .env("RUST_LIB_BACKTRACE", "0")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
-        .await
-        .unwrap_or_else(|_| panic!("racklift {args:?} did not finish within 120 s"))
-        .expect("run racklift");
-    let _ = std::fs::remove_dir_all(&home);
-    output
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn list_deploy_wait_and_show() {

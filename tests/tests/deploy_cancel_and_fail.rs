@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use racklift_bmc_sim::{Faults, Personality, PersonalityChoice};
+use racklift_bmc_sim::{Personality, PersonalityChoice};
 use racklift_deploy::State;
 use racklift_tests::rack::Rack;
 use serde_json::{Value, json};
@@ -76,19 +76,9 @@ async fn cancel_mid_install_cleans_up_unless_told_not_to() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn retries_exhausted_fail_the_deployment_into_a_dead_letter() {
     let rack = Rack::start(1, PersonalityChoice::Single(Personality::Generic), 0.01).await;
-    rack.sim.set_faults(
-        0,
-        Faults {
-            status: Some(500),
-            only_mutations: true,
-            ..Faults::default()
-        },
-    );
     let name = rack.sim.name(0).to_owned();
-    assert_eq!(rack.deploy(&name, json!({})).await.status(), 202);
-    let d = rack.wait_finished(&name, Duration::from_secs(120)).await;
+    let d = rack.deploy_into_failure(0).await;
     let machine = &d.deployment.machine;
-    assert_eq!(machine.state, State::Failed, "{machine:?}");
     let failure = machine.failure.as_ref().expect("a failure is recorded");
     // The simulated server starts powered off, so "ensure off" needs no request; staging BIOS is the first write.
     assert_eq!(failure.state, State::ApplyBIOS, "{failure:?}");

@@ -161,17 +161,7 @@ async fn an_operator_triages_a_failed_deployment_in_the_browser() {
             .expect("API token");
     }
     let name = rack.sim.name(0).to_owned();
-    rack.sim.set_faults(
-        0,
-        Faults {
-            status: Some(500),
-            only_mutations: true,
-            ..Faults::default()
-        },
-    );
-    assert_eq!(rack.deploy(&name, json!({})).await.status(), 202);
-    let failed = rack.wait_finished(&name, Duration::from_secs(120)).await;
-    assert_eq!(failed.deployment.machine.state, State::Failed);
+    let failed = rack.deploy_into_failure(0).await;
     let id: i64 =
         sqlx::query_scalar("SELECT id FROM dead_letters WHERE server = $1 AND triage_status = 'open'")
             .bind(&name)

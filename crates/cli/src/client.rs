@@ -16,6 +16,29 @@ const DEFAULT_TOKEN_FILE: &str = ".config/racklift/token";
 /// The environment variable holding the bearer token; it wins over any file.
 pub const TOKEN_ENV: &str = "RACKLIFT_TOKEN";
 
+/// Where the operator commands find the API and its token; flattened into every client command.
+#[derive(clap::Args)]
+pub struct ApiArgs {
+    /// The racklift API to talk to.
+    #[arg(
+        long,
+        global = true,
+        env = "RACKLIFT_API",
+        default_value = "http://127.0.0.1:7878"
+    )]
+    api: String,
+    /// A file holding the API bearer token (default ~/.config/racklift/token if it exists). RACKLIFT_TOKEN
+    /// wins over any file; the token is never taken from a flag so it stays out of process listings.
+    #[arg(long, global = true, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+}
+
+impl ApiArgs {
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Client::new(&self.api, self.token_file.as_deref())
+    }
+}
+
 /// An authenticated connection to one API. Cloning is cheap (the connection pool is shared).
 #[derive(Clone)]
 pub struct Client {
@@ -45,6 +68,11 @@ impl Client {
     /// `GET {base}{path}` and its JSON body.
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
         self.send(Method::GET, path, |r| r).await
+    }
+
+    /// `GET {base}{path}?{query}`, the query encoded by reqwest (filters may hold any character).
+    pub async fn get_query(&self, path: &str, query: &[(&str, String)]) -> Result<Value, ClientError> {
+        self.send(Method::GET, path, |r| r.query(query)).await
     }
 
     /// `POST {base}{path}` with a JSON body; `configure` adds headers.

@@ -5,7 +5,10 @@ mod api_cmd;
 mod bench_cmd;
 mod client;
 mod db;
+mod deadletter_cmd;
+mod events_cmd;
 mod logging;
+mod output;
 mod up_cmd;
 mod worker_cmd;
 
@@ -49,8 +52,13 @@ enum Command {
     Deploy(deploy_cmd::DeployCommand),
     /// Serve a rack of simulated Redfish BMCs (and IncusOS servers) for tests and development.
     BmcSim(bmc_sim_cmd::Args),
-    /// Operate servers through a running API: list, show, deploy (optionally waiting) and cancel.
+    /// Operate servers through a running API: list, show, deploy (optionally waiting), cancel, power, media.
     Server(server_cmd::Args),
+    /// Triage dead letters through a running API: list, groups, show, retry, discard, cancel, bulk-retry.
+    #[command(name = "deadletter")]
+    DeadLetter(deadletter_cmd::Args),
+    /// Print a server's event log through a running API; --follow keeps printing new events.
+    Events(events_cmd::Args),
 }
 
 /// Errors end the process with one line (the error and its causes), never a backtrace: operators read these.
@@ -77,6 +85,8 @@ fn run() -> anyhow::Result<()> {
         Command::Deploy(cmd) => deploy_cmd::run(cmd),
         Command::BmcSim(args) => bmc_sim_cmd::run(args),
         Command::Server(args) => runtime()?.block_on(server_cmd::run(args)),
+        Command::DeadLetter(args) => runtime()?.block_on(deadletter_cmd::run(args)),
+        Command::Events(args) => runtime()?.block_on(events_cmd::run(args)),
     }
 }
 

@@ -1,7 +1,6 @@
-//! `racklift server …`: operator commands against a running API, so listing, inspecting, deploying and
-//! canceling does not need curl and hand-written JSON.
+//! `racklift server …`: operator commands against a running API, so listing, inspecting, deploying, canceling
+//! and ad-hoc power and media actions do not need curl and hand-written JSON.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,22 +8,13 @@ use anyhow::bail;
 use indicatif::{HumanBytes, HumanDuration, ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
-use crate::client::{Client, ClientError};
+use crate::client::{ApiArgs, Client, ClientError};
+use crate::output::{key_values, print_json, table, text, truncate};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The racklift API to talk to.
-    #[arg(
-        long,
-        global = true,
-        env = "RACKLIFT_API",
-        default_value = "http://127.0.0.1:7878"
-    )]
-    api: String,
-    /// A file holding the API bearer token (default ~/.config/racklift/token if it exists). RACKLIFT_TOKEN
-    /// wins over any file; the token is never taken from a flag so it stays out of process listings.
-    #[arg(long, global = true, value_name = "PATH")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    api: ApiArgs,
     #[command(subcommand)]
     command: ServerCommand,
 }
@@ -55,6 +45,43 @@ enum ServerCommand {
         #[arg(long)]
         skip_cleanup: bool,
     },
+    /// Power the server on, off or cycle it through its BMC (a job, run when no deployment step holds the
+    /// server).
+    Power {
+        /// The server's name.
+        name: String,
+        #[arg(value_enum)]
+        action: PowerAction,
+        /// Makes a retried request answer with the original job instead of enqueueing another.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+    /// Insert an image into the server's virtual media, or eject it (a job, like power).
+    Media {
+        /// The server's name.
+        name: String,
+        #[arg(value_enum)]
+        action: MediaAction,
+        /// The http(s) URL of the image to insert.
+        #[arg(long, value_name = "URL", required_if_eq("action", "insert"))]
+        image_url: Option<String>,
+        /// Makes a retried request answer with the original job instead of enqueueing another.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PowerAction {
+    On,
+    Off,
+    Cycle,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum MediaAction {
+    Insert,
+    Eject,
 }
 
 #[derive(clap::Args)]
@@ -88,13 +115,61 @@ const POLL_INTERVAL: Duration = Duration::from_millis(500);
 const LIST_CONCURRENCY: usize = 8;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = Client::new(&args.api, args.token_file.as_deref())?;
+    let client = args.api.client()?;
     match args.command {
         ServerCommand::List { json } => list(&client, json).await,
         ServerCommand::Show { name, json } => show(&client, &name, json).await,
         ServerCommand::Deploy(deploy_args) => deploy(&client, deploy_args).await,
         ServerCommand::Cancel { name, skip_cleanup } => cancel(&client, &name, skip_cleanup).await,
+        ServerCommand::Power {
+            name,
+            action,
+            idempotency_key,
+        } => {
+            let action = match action {
+                PowerAction::On => "on",
+                PowerAction::Off => "off",
+                PowerAction::Cycle => "cycle",
+            };
+            let body = json!({ "action": action });
+            bmc_action(&client, &name, "power", &body, idempotency_key).await
+        }
+        ServerCommand::Media {
+            name,
+            action,
+            image_url,
+            idempotency_key,
+        } => {
+            let body = match action {
+                MediaAction::Insert => json!({ "action": "insert", "image_url": image_url }),
+                MediaAction::Eject => json!({ "action": "eject" }),
+            };
+            bmc_action(&client, &name, "media", &body, idempotency_key).await
+        }
     }
+}
+
+/// Enqueues an ad-hoc BMC action and says where its outcome will show: the server's event log.
+async fn bmc_action(
+    client: &Client,
+    name: &str,
+    kind: &str,
+    body: &Value,
+    idempotency_key: Option<String>,
+) -> anyhow::Result<()> {
+    let path = format!("/1.0/provisioning/servers/{name}:{kind}");
+    let job = client
+        .post(&path, body, |r| match idempotency_key {
+            Some(key) => r.header("Idempotency-Key", key),
+            None => r,
+        })
+        .await?;
+    println!(
+        "{name}: {kind} {} queued as job {}; follow it with: racklift events {name} --follow",
+        text(&body["action"]),
+        text(&job["job_id"])
+    );
+    Ok(())
 }
 
 /// Server names go into the path unescaped: the API restricts them to characters that need no escaping.
@@ -105,8 +180,7 @@ fn server_path(name: &str) -> String {
 async fn list(client: &Client, as_json: bool) -> anyhow::Result<()> {
     let servers = client.get("/1.0/servers").await?;
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&servers)?);
-        return Ok(());
+        return print_json(&servers);
     }
     let servers = servers.as_array().cloned().unwrap_or_default();
     let states = deployment_states(client, &servers).await?;
@@ -157,8 +231,7 @@ async fn deployment_states(client: &Client, servers: &[Value]) -> anyhow::Result
 async fn show(client: &Client, name: &str, as_json: bool) -> anyhow::Result<()> {
     let server = client.get(&server_path(name)).await?;
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&server)?);
-        return Ok(());
+        return print_json(&server);
     }
     let d = &server["deployment"];
     let mut lines = vec![
@@ -180,10 +253,7 @@ async fn show(client: &Client, name: &str, as_json: bool) -> anyhow::Result<()> 
             ("last error", text(&d["last_error"])),
         ]);
     }
-    let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
-    for (key, value) in lines {
-        println!("{:width$} {value}", format!("{key}:"));
-    }
+    print!("{}", key_values(&lines));
     Ok(())
 }
 
@@ -286,71 +356,4 @@ async fn cancel(client: &Client, name: &str, skip_cleanup: bool) -> anyhow::Resu
 fn media_progress(d: &Value) -> String {
     let bytes = |v: &Value| v.as_u64().map_or("-".to_owned(), |n| HumanBytes(n).to_string());
     format!("{} / {}", bytes(&d["media_bytes_read"]), bytes(&d["media_size"]))
-}
-
-/// A JSON value for display: strings without quotes, null as `-`.
-fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".to_owned(),
-        Value::String(s) if s.is_empty() => "-".to_owned(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// Keeps a table row on one line; the full text is in `show`.
-fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut out: String = s.chars().take(max - 1).collect();
-    out.push('…');
-    out
-}
-
-/// Left-aligned columns two spaces apart, padded by characters (not bytes) so non-ASCII details line up.
-fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
-    let mut widths = header.map(|h| h.chars().count());
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: [&str; N]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
-            .collect();
-        out.push_str(padded.join("  ").trim_end());
-        out.push('\n');
-    };
-    line(header);
-    for row in rows {
-        line(row.each_ref().map(String::as_str));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_pads_columns_and_trims_line_ends() {
-        let rows = [["server-0".to_owned(), "deploying".to_owned(), "-".to_owned()]];
-        assert_eq!(
-            table(["NAME", "STATUS", "STATE"], &rows),
-            "NAME      STATUS     STATE\nserver-0  deploying  -\n"
-        );
-    }
-
-    #[test]
-    fn text_shows_null_and_empty_as_dash() {
-        assert_eq!(text(&Value::Null), "-");
-        assert_eq!(text(&json!("")), "-");
-        assert_eq!(text(&json!("x")), "x");
-        assert_eq!(text(&json!(3)), "3");
-    }
 }
