@@ -143,6 +143,7 @@ pub fn router(state: AppState) -> Router {
         .route("/deadletters/{id_action}", get(triage::show).post(triage::action))
         .route("/deadletters:bulk-retry", post(triage::bulk_retry))
         .route("/stuck", get(triage::stuck))
+        .route("/stats/state-durations", get(triage::state_durations))
         .route("/openapi.json", get(openapi::document));
     Router::new()
         .nest("/1.0", api)

@@ -183,6 +183,15 @@ pub const PATHS: &[(&str, &[Operation])] = &[
             "Live deployments past their state's budget (?all=true: every live one): {items}",
         )],
     ),
+    (
+        "/1.0/stats/state-durations",
+        &[(
+            "get",
+            "viewer",
+            "p50 / p95 / max seconds per state and vendor over deployments started in ?window_hours= (default 168), \
+             with each state's budget: {window_hours, items}",
+        )],
+    ),
     ("/1.0/openapi.json", &[("get", "none", "This document")]),
     (
         "/metrics",
@@ -322,6 +331,16 @@ fn triage_details(paths: &mut serde_json::Map<String, Value>) {
             "get",
             "parameters",
             json!([q("all", "boolean", "include live deployments on track")]),
+        ),
+        (
+            "/1.0/stats/state-durations",
+            "get",
+            "parameters",
+            json!([q(
+                "window_hours",
+                "integer",
+                "deployments started this many hours back (1 to 8784)"
+            )]),
         ),
         (
             "/1.0/deadletters/{id}:retry",

@@ -212,6 +212,45 @@ pub async fn stuck(
     Ok(Json(to_json(json!({ "items": items }))?))
 }
 
+/// The default and largest window of `/1.0/stats/state-durations`, in hours.
+const DEFAULT_WINDOW_HOURS: i64 = 24 * 7;
+const MAX_WINDOW_HOURS: i64 = 24 * 366;
+
+/// `GET /1.0/stats/state-durations?window_hours=`: p50 / p95 / max time per state and vendor over the
+/// deployments started in the window, beside each state's budget, for tuning timeouts.
+pub async fn state_durations(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(mut q): Query<BTreeMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Role::Viewer)?;
+    let hours = window_hours(q.remove("window_hours"))?;
+    if let Some(unknown) = q.keys().next() {
+        return Err(ApiError::invalid(unknown, "unknown query parameter"));
+    }
+    let items = state
+        .store
+        .state_durations(hours * 3600, &state.config.deploy)
+        .await?;
+    Ok(Json(to_json(json!({ "window_hours": hours, "items": items }))?))
+}
+
+/// `window_hours` as given (1 to a year), or a week.
+pub fn window_hours(v: Option<String>) -> Result<i64, ApiError> {
+    let Some(s) = v.filter(|s| !s.is_empty()) else {
+        return Ok(DEFAULT_WINDOW_HOURS);
+    };
+    s.parse::<i64>()
+        .ok()
+        .filter(|h| (1..=MAX_WINDOW_HOURS).contains(h))
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "window_hours",
+                format!("{s:?} is not a whole number of hours from 1 to {MAX_WINDOW_HOURS}"),
+            )
+        })
+}
+
 fn parse_id(s: &str) -> Result<i64, ApiError> {
     s.parse::<i64>()
         .ok()

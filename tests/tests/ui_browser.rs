@@ -303,6 +303,25 @@ async fn an_operator_triages_a_failed_deployment_in_the_browser() {
         .unwrap();
     assert_eq!(by, "ui-operator");
 
+    // Time per state, from the header: the completed deployment's states are measured.
+    c.find(Locator::Css("#nav-stats"))
+        .await
+        .expect("the time-per-state link")
+        .click()
+        .await
+        .expect("open time per state");
+    let measured = c
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css(
+            r#"#durations tr.duration[data-state="WaitInstall"]"#,
+        ))
+        .await
+        .expect("WaitInstall is measured");
+    let text = measured.text().await.expect("row text");
+    assert!(text.contains("WaitInstall"), "{text}");
+    screenshot(&c, "state-durations.png").await;
+
     c.close().await.expect("close the browser");
     rack.stop().await;
 }

@@ -9,6 +9,7 @@
 mod actions;
 mod detail;
 mod pages;
+mod stats;
 mod view;
 
 use std::sync::OnceLock;
@@ -38,6 +39,7 @@ pub fn router() -> Router<AppState> {
         .route("/deadletters/{id}", get(detail::detail))
         .route("/deadletters/{id}/{action}", post(actions::single))
         .route("/deadletters/bulk-retry", post(actions::bulk_retry))
+        .route("/stats", get(stats::state_durations))
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
 }

@@ -23,6 +23,8 @@ pub struct E2eRun {
     pub pools: usize,
     pub concurrency: usize,
     pub batch: usize,
+    /// Completion statements in flight per pool.
+    pub completer_flushes: usize,
     pub keep_completed: bool,
 }
 
@@ -69,6 +71,7 @@ pub async fn run(pool: &PgPool, run: E2eRun) -> Result<f64, BenchError> {
         let config = WorkerConfig {
             concurrency: run.concurrency,
             batch: run.batch,
+            completer_flushes: run.completer_flushes,
             ..WorkerConfig::default()
         };
         let counting = counting.clone();

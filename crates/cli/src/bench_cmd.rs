@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use racklift_bench::{BenchDb, E2eRun, median};
 use racklift_pgembed::EmbeddedPostgres;
+use racklift_queue::WorkerConfig;
 
 use crate::db;
 
@@ -65,6 +66,9 @@ struct QueueArgs {
     /// Jobs in flight per pool.
     #[arg(long, default_value_t = 1000)]
     concurrency: usize,
+    /// Completion statements each racklift pool keeps in flight at once.
+    #[arg(long, default_value_t = WorkerConfig::default().completer_flushes)]
+    completer_flushes: usize,
     /// Idle pickup latency samples.
     #[arg(long, default_value_t = 200)]
     latency_samples: usize,
@@ -143,6 +147,7 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
                 pools: args.pools,
                 concurrency: args.concurrency,
                 batch: args.batch,
+                completer_flushes: args.completer_flushes,
                 keep_completed,
             };
             e2e.push(racklift_bench::e2e::run(&pool, run).await?);

@@ -11,8 +11,10 @@
 
 pub mod actions;
 pub mod bulk;
+mod durations;
 mod stuck;
 
+pub use durations::StateDuration;
 pub use stuck::StuckDeployment;
 
 use chrono::{DateTime, Utc};
