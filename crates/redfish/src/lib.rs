@@ -15,6 +15,7 @@
 mod bios;
 mod boot;
 mod client;
+mod config;
 mod error;
 mod limiter;
 mod media;
