@@ -19,7 +19,6 @@ use racklift_store::{
     BiosProfile, Image, NewDeployment, PUBLIC_ADDRESS, Role, Server, ServerStatus, StoreError,
 };
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -49,17 +48,6 @@ struct DeployRequest {
 struct CancelRequest {
     #[serde(default)]
     skip_cleanup: bool,
-}
-
-/// Actions are parsed after routing because the body shape depends on the action; an empty body is `{}`.
-fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        body
-    };
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
 }
 
 /// `POST /1.0/provisioning/servers/{name}/:{action}`: the spec's spelling, same actions.
@@ -107,14 +95,14 @@ async fn action_inner(
     })?;
     caller.require(Role::Operator)?;
     match action {
-        "deploy" => deploy(&state, &caller, name, &headers, parse_body(&body)?).await,
-        "cancel-deploy" => cancel(&state, &caller, name, parse_body(&body)?).await,
+        "deploy" => deploy(&state, &caller, name, &headers, validate::action_body(&body)?).await,
+        "cancel-deploy" => cancel(&state, &caller, name, validate::action_body(&body)?).await,
         "power" => {
-            let action = crate::bmc_actions::power_action(parse_body(&body)?)?;
+            let action = crate::bmc_actions::power_action(validate::action_body(&body)?)?;
             crate::bmc_actions::enqueue(&state, &caller, name, &headers, action).await
         }
         "media" => {
-            let action = crate::bmc_actions::media_action(parse_body(&body)?)?;
+            let action = crate::bmc_actions::media_action(validate::action_body(&body)?)?;
             crate::bmc_actions::enqueue(&state, &caller, name, &headers, action).await
         }
         other => Err(ApiError::new(
@@ -541,7 +529,7 @@ pub async fn register(
     Query(q): Query<RegisterQuery>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let details: Value = parse_body(&body)?;
+    let details: Value = validate::action_body(&body)?;
     if !details.is_object() {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,

@@ -16,13 +16,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use racklift_store::{Cursor, DeadLetterFilter, Role, TriageError, TriageStatus, redact};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::servers::deployment_view;
+use crate::validate::action_body;
 
 /// Operations whose dead letters can be listed; rolling runs are named ahead of their handlers.
 const OPERATIONS: &[&str] = &["deployment", "bmc_action", "rolling_reboot", "rolling_update"];
@@ -344,17 +344,6 @@ fn triage_error(e: TriageError) -> ApiError {
     }
 }
 
-/// Actions are parsed after routing because the body depends on the action; an empty body is `{}`.
-fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        body
-    };
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
-}
-
 /// A required free-text field: who reads the audit later needs to know why.
 fn reason(field: &str, v: Option<String>) -> Result<String, ApiError> {
     match v.as_deref().map(str::trim) {
@@ -422,7 +411,7 @@ pub async fn action(
     let id = parse_id(id)?;
     match action {
         "retry" => {
-            let b: RetryBody = parse_body(&body)?;
+            let b: RetryBody = action_body(&body)?;
             let why = reason("reason", b.reason)?;
             let from_state = b
                 .from_state
@@ -442,7 +431,7 @@ pub async fn action(
             Ok((StatusCode::ACCEPTED, Json(to_json(r)?)).into_response())
         }
         "discard" => {
-            let b: DiscardBody = parse_body(&body)?;
+            let b: DiscardBody = action_body(&body)?;
             let note = reason("note", b.note)?;
             let action_id = state
                 .store
@@ -454,7 +443,7 @@ pub async fn action(
             Ok(Json(v).into_response())
         }
         _ => {
-            let b: CancelBody = parse_body(&body)?;
+            let b: CancelBody = action_body(&body)?;
             let why = reason("reason", b.reason)?;
             let c = state
                 .store
@@ -481,7 +470,7 @@ pub async fn bulk_retry(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let token = caller.require(Role::Operator)?;
-    let b: BulkBody = parse_body(&body)?;
+    let b: BulkBody = action_body(&body)?;
     let why = reason("reason", b.reason)?;
     let spec = b.filter.unwrap_or_default();
     if spec.is_empty() {

@@ -30,14 +30,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         None => racklift_deploy::Config::default(),
     };
     deploy.validate()?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "binding the API to {} (use --listen to pick another)",
-                args.listen
-            )
-        })?;
+    let listener = bind(args.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, "API listening");
     let state = AppState::new(
         Store::new(pool.clone()),
@@ -52,4 +45,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     racklift_api::serve(listener, state, shutdown).await?;
     pool.close().await;
     Ok(())
+}
+
+/// The API's listening socket; a taken port says which flag picks another.
+pub async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding the API to {listen} (use --listen to pick another)"))
 }

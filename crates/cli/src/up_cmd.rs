@@ -73,14 +73,7 @@ async fn serve(url: &str, args: &Args, embedded: bool) -> anyhow::Result<()> {
     write_private(&password_file, sim.credentials().1)?;
     let image_size = 16 * 1024 * 1024;
     let (image_path, sha256) = demo::generate_image(&secrets, image_size)?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "binding the API to {} (use --listen to pick another)",
-                args.listen
-            )
-        })?;
+    let listener = crate::api_cmd::bind(args.listen).await?;
     let api_url = format!("http://{}", listener.local_addr()?);
     let rack: Vec<RackServer> = (0..sim.len())
         .map(|i| RackServer {
