@@ -53,25 +53,26 @@ async fn kill_9_mid_job_loses_no_job_and_each_runs_exactly_once_more() {
     wait_for(
         Duration::from_secs(60),
         "every job to complete on the second worker",
-        || async { count(&db.pool, "SELECT count(*) FROM jobs WHERE state = 'completed'").await == 5 },
+        || async { count(&db.pool, "SELECT count(*) FROM jobs_completed").await == 5 },
     )
     .await;
     // Leased exactly twice each: once by the killed worker, once more by the survivor. Nothing dead, nothing lost.
     assert_eq!(
-        count(&db.pool, "SELECT count(*) FROM jobs WHERE attempts = 2").await,
+        count(&db.pool, "SELECT count(*) FROM jobs_completed WHERE attempts = 2").await,
         5
     );
     assert_eq!(count(&db.pool, "SELECT count(*) FROM dead_letters").await, 0);
-    let leftover_holders: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE leased_by = $1")
-        .bind(&holder)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
+    let leftover_holders: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM jobs_completed WHERE leased_by = $1")
+            .bind(&holder)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     assert_eq!(
         leftover_holders, 0,
         "the killed worker's leases were all taken over"
     );
-    let errors: String = sqlx::query_scalar("SELECT errors::text FROM jobs LIMIT 1")
+    let errors: String = sqlx::query_scalar("SELECT errors::text FROM jobs_completed LIMIT 1")
         .fetch_one(&db.pool)
         .await
         .unwrap();
@@ -107,11 +108,7 @@ async fn sigterm_drains_in_flight_jobs_before_exiting() {
         .unwrap();
     assert!(status.success(), "graceful exit: {status:?}");
     assert_eq!(
-        count(
-            &db.pool,
-            "SELECT count(*) FROM jobs WHERE state = 'completed' AND attempts = 1"
-        )
-        .await,
+        count(&db.pool, "SELECT count(*) FROM jobs_completed WHERE attempts = 1").await,
         1
     );
 }

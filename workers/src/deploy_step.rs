@@ -59,7 +59,7 @@ impl DeployStep {
             .payload()
             .map_err(|e| Failure::fatal(format!("deployment step payload: {e}")))?;
         match self.advance(&ctx, payload.deployment_id).await {
-            Ok(()) => Ok(Outcome::Finished),
+            Ok(outcome) => Ok(outcome),
             // Someone newer moved the deployment or took the lease: write nothing more.
             Err(StepError::Store(StoreError::Stale { what, name })) => {
                 tracing::info!(deployment_id = payload.deployment_id, what, name = %name,
@@ -81,7 +81,7 @@ impl DeployStep {
         }
     }
 
-    async fn advance(&self, ctx: &JobContext, deployment_id: i64) -> Result<(), StepError> {
+    async fn advance(&self, ctx: &JobContext, deployment_id: i64) -> Result<Outcome, StepError> {
         let store = &self.store;
         let job = ctx.job_ref();
         let mut stored = store.deployment(deployment_id).await?;
@@ -91,7 +91,8 @@ impl DeployStep {
             .with_label_values(&[stored.deployment.machine.state.name()])
             .start_timer();
         if stored.is_finished() {
-            return Ok(self.finish_job(ctx, job, &stored, None).await?);
+            self.finish_job(ctx, job, &stored, None).await?;
+            return Ok(Outcome::Finished);
         }
         let (server, api) = store.step_context(deployment_id).await?;
         // The first pass uses what was just read; later passes (after a BMC call) read it again.
@@ -116,7 +117,7 @@ impl DeployStep {
         let mut budget = self.config.max_transitions_per_tick.max(1);
         let end = loop {
             if ctx.cancel.is_cancelled() {
-                return Ok(());
+                return Ok(Outcome::Finished);
             }
             let facts = self
                 .observe(&client, &mut slot, &stored, &server, &d, fresh.take())
@@ -191,13 +192,13 @@ impl DeployStep {
                     if !ctx.lease.outlasts(needed) || ctx.cancel.is_cancelled() {
                         tracing::warn!(server = %server.name, deployment_id, fence = job.fence,
                             "lease ran short before the BMC call; leaving it to the next holder");
-                        return Ok(());
+                        return Ok(Outcome::Finished);
                     }
                     let bounded = client.with_deadline(deadline);
                     let acted = tokio::select! {
                         acted = deploy_bmc::act(&bounded, &slot_ref, &action, &act_ctx) => acted,
                         // Lease lost (cancel or takeover): abandon the call; the new holder re-issues it.
-                        _ = ctx.cancel.cancelled() => return Ok(()),
+                        _ = ctx.cancel.cancelled() => return Ok(Outcome::Finished),
                     };
                     let duration_ms = started.elapsed().as_millis() as u64;
                     if matches!(
@@ -259,11 +260,8 @@ impl DeployStep {
             && last_error.is_none()
             && Some(&facts_json) == stored.last_facts.as_ref()
         {
-            let mut conn = store.pool().acquire().await.map_err(StoreError::from)?;
-            return queue
-                .snooze(&mut conn, job, RunAt::At(until))
-                .await
-                .map_err(|e| StepError::Store(queue_error(e)));
+            // The pool batches it with other pools' snoozes: one statement and one commit for many polls.
+            return Ok(Outcome::Snooze(RunAt::At(until)));
         }
         let record = stored.clone();
         let context = failure_context(&record, &d, &facts_json, last_error.as_ref());
@@ -277,7 +275,7 @@ impl DeployStep {
                 async |c| end_job(&queue, c, job, &record, &machine, original_seq, end, context).await,
             )
             .await?;
-        Ok(())
+        Ok(Outcome::Finished)
     }
 
     /// The deployment already ended (a duplicate job): complete this one.

@@ -1,7 +1,9 @@
 //! `racklift bench fleet`: a simulated rack deployed at once by separate `racklift worker` processes against one
-//! PostgreSQL, with the API (media, registration) in this process. One server is deployed alone first: its
-//! duration is the ideal (simulated hardware time plus the control loop's one-second poll), which the whole
-//! fleet's wall time is compared with.
+//! PostgreSQL, with the API (media, registration) in this process. First one server of each vendor personality is
+//! deployed, five at once and nothing else running: each one's duration is its vendor's ideal (simulated hardware
+//! time plus the control loop's poll). The vendors differ (a Dell-like BMC keeps reporting its media inserted for
+//! a while after an eject, for one), so a mixed fleet cannot finish before its slowest vendor's ideal: that is the
+//! ideal the fleet's wall time is compared with, and each deployment is also compared with its own vendor's.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use racklift_api::demo::{self, RackServer};
 use racklift_api::{ApiConfig, AppState};
-use racklift_bmc_sim::{PersonalityChoice, Sim, SimConfig};
+use racklift_bmc_sim::{Personality, PersonalityChoice, Sim, SimConfig};
 use racklift_queue::{Queue, QueueConfig};
 use racklift_store::Store;
 use serde::Serialize;
@@ -30,12 +32,17 @@ pub struct FleetRun {
 #[derive(Debug, Clone, Serialize)]
 pub struct FleetReport {
     pub servers: usize,
+    /// The slowest vendor's ideal: no mixed fleet can finish sooner.
     pub ideal_secs: f64,
+    /// Each vendor's ideal: one server of that personality, deployed with nothing else running.
+    pub ideal_by_vendor: Vec<(String, f64)>,
     pub wall_secs: f64,
     /// Time to submit every deploy request (each runs its pre-flight BMC read).
     pub submit_secs: f64,
     /// Per deployment, created to finished: median, 90th percentile and the slowest.
     pub duration_secs: [f64; 3],
+    /// Per deployment, its duration over its own vendor's ideal: median, 90th percentile and the worst.
+    pub duration_ratio: [f64; 3],
     pub completed: usize,
     pub failed: usize,
     pub dead_letters: i64,
@@ -57,7 +64,8 @@ pub struct FleetReport {
 pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<FleetReport, BenchError> {
     let dbs = BenchDb::new(admin_url);
     let (url, pool) = dbs.fresh("racklift_bench_fleet", 32).await?;
-    let sim_config = SimConfig::for_deployments(run.servers + 1, PersonalityChoice::Mix, run.time_scale);
+    let sim_config =
+        SimConfig::for_deployments(run.servers + VENDORS, PersonalityChoice::Mix, run.time_scale);
     let sim = Sim::start(sim_config)
         .await
         .map_err(|e| BenchError::Stalled(format!("simulator: {e}")))?;
@@ -115,15 +123,24 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
         .send()
     };
 
-    // The ideal: one server alone.
-    let started = Instant::now();
-    check(deploy(&rack[0]).await)?;
-    wait_all(&store, &rack[..1], Duration::from_secs(600)).await?;
-    let ideal = started.elapsed();
+    // The ideals: the first server of each personality (`Mix` assigns them round-robin), five at once.
+    let lone = &rack[..VENDORS];
+    let sent = futures::future::join_all(lone.iter().map(deploy)).await;
+    for response in sent {
+        check(response)?;
+    }
+    wait_all(&store, lone, Duration::from_secs(600)).await?;
+    let lone_names: Vec<String> = lone.iter().map(|s| s.name.clone()).collect();
+    let ideal_by_vendor: Vec<(String, f64)> = durations(&pool, &lone_names, true)
+        .await?
+        .into_iter()
+        .map(|(server, secs)| (vendor_of(lone, &server), secs))
+        .collect();
+    let ideal = ideal_by_vendor.iter().map(|v| v.1).fold(0.0, f64::max);
 
     let before = Counters::read(&pool, &workers).await?;
     let started = Instant::now();
-    let fleet = &rack[1..];
+    let fleet = &rack[VENDORS..];
     for chunk in fleet.chunks(64) {
         let sent = futures::future::join_all(chunk.iter().map(deploy)).await;
         for response in sent {
@@ -137,22 +154,27 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
 
     let (completed, failed): (i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE state = 'Completed'), count(*) FILTER (WHERE state <> 'Completed') \
-         FROM deployments WHERE server <> $1",
+         FROM deployments WHERE server <> ALL($1)",
     )
-    .bind(&rack[0].name)
+    .bind(&lone_names)
     .fetch_one(&pool)
     .await?;
-    let (p50, p90, max): (f64, f64, f64) = sqlx::query_as(
-        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY s), percentile_cont(0.9) WITHIN GROUP (ORDER BY s), \
-         max(s) FROM (SELECT extract(epoch FROM finished_at - created_at)::float8 AS s FROM deployments \
-         WHERE server <> $1) d",
-    )
-    .bind(&rack[0].name)
-    .fetch_one(&pool)
-    .await?;
+    let fleet_durations = durations(&pool, &lone_names, false).await?;
+    let seconds: Vec<f64> = fleet_durations.iter().map(|d| d.1).collect();
+    let ratios: Vec<f64> = fleet_durations
+        .iter()
+        .map(|(server, secs)| {
+            let vendor = vendor_of(fleet, server);
+            let own = ideal_by_vendor
+                .iter()
+                .find(|v| v.0 == vendor)
+                .map_or(ideal, |v| v.1);
+            secs / own
+        })
+        .collect();
     let transitions: i64 =
-        sqlx::query_scalar("SELECT coalesce(sum(seq), 0)::bigint FROM deployments WHERE server <> $1")
-            .bind(&rack[0].name)
+        sqlx::query_scalar("SELECT coalesce(sum(seq), 0)::bigint FROM deployments WHERE server <> ALL($1)")
+            .bind(&lone_names)
             .fetch_one(&pool)
             .await?;
     let dead_letters: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters")
@@ -171,10 +193,12 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
     dbs.drop_db("racklift_bench_fleet").await?;
     Ok(FleetReport {
         servers: fleet.len(),
-        ideal_secs: ideal.as_secs_f64(),
+        ideal_secs: ideal,
+        ideal_by_vendor,
         wall_secs: wall.as_secs_f64(),
         submit_secs: submit.as_secs_f64(),
-        duration_secs: [p50, p90, max],
+        duration_secs: quantiles(seconds),
+        duration_ratio: quantiles(ratios),
         completed: completed as usize,
         failed: failed as usize,
         dead_letters,
@@ -187,6 +211,37 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
         postgres_cpu_secs: after.postgres_cpu - before.postgres_cpu,
         worker_peak_rss_kib: peak_rss,
     })
+}
+
+/// One server of each personality makes the ideals.
+const VENDORS: usize = Personality::ALL.len();
+
+/// Created-to-finished seconds of the deployments of `servers` (`among`) or of every other server.
+async fn durations(pool: &PgPool, servers: &[String], among: bool) -> Result<Vec<(String, f64)>, BenchError> {
+    Ok(sqlx::query_as(
+        "SELECT server, extract(epoch FROM finished_at - created_at)::float8 FROM deployments \
+         WHERE (server = ANY($1)) = $2",
+    )
+    .bind(servers)
+    .bind(among)
+    .fetch_all(pool)
+    .await?)
+}
+
+fn vendor_of(rack: &[RackServer], server: &str) -> String {
+    rack.iter()
+        .find(|s| s.name == server)
+        .map_or_else(String::new, |s| s.vendor.clone())
+}
+
+/// Median, 90th percentile (nearest rank) and maximum.
+fn quantiles(mut values: Vec<f64>) -> [f64; 3] {
+    if values.is_empty() {
+        return [0.0; 3];
+    }
+    values.sort_by(f64::total_cmp);
+    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+    [at(0.5), at(0.9), at(1.0)]
 }
 
 fn spawn_worker(

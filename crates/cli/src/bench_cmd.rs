@@ -127,7 +127,7 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
     let mut rows: Vec<(String, f64)> = Vec::new();
     for keep_completed in [false, true] {
         let style = if keep_completed {
-            "complete=UPDATE (rows kept for retention)"
+            "complete=move to jobs_completed (kept for retention, the default)"
         } else {
             "complete=DELETE (retention 0)"
         };
@@ -276,7 +276,15 @@ async fn fleet(args: FleetArgs) -> anyhow::Result<()> {
         "racklift bench fleet: {} servers at once, {} worker processes, time scale {}",
         r.servers, args.workers, args.time_scale
     );
-    println!("  ideal (one server alone):        {:.1} s", r.ideal_secs);
+    println!(
+        "  ideal (slowest vendor alone):    {:.1} s  ({})",
+        r.ideal_secs,
+        r.ideal_by_vendor
+            .iter()
+            .map(|(vendor, secs)| format!("{vendor} {secs:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     println!(
         "  fleet wall time:                 {:.1} s  ({:.2}x the ideal)",
         r.wall_secs,
@@ -286,6 +294,10 @@ async fn fleet(args: FleetArgs) -> anyhow::Result<()> {
     println!(
         "  per deployment p50 / p90 / max:  {:.1} / {:.1} / {:.1} s",
         r.duration_secs[0], r.duration_secs[1], r.duration_secs[2]
+    );
+    println!(
+        "  over own vendor's ideal:         {:.2}x / {:.2}x / {:.2}x",
+        r.duration_ratio[0], r.duration_ratio[1], r.duration_ratio[2]
     );
     println!(
         "  completed / failed:              {} / {}",

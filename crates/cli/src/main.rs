@@ -14,6 +14,10 @@ mod worker_cmd;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc rather than glibc's malloc: see the workspace Cargo.toml for the measurement.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod bmc_sim_cmd;
 mod deploy_cmd;
 mod server_cmd;

@@ -270,6 +270,18 @@ impl Queue {
         Ok(sql::complete_many(conn, &ids, &fences, self.keep_completed()).await?)
     }
 
+    /// Snoozes many jobs in one statement, each until its own time; returns those whose fence was still current.
+    pub async fn snooze_many(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &[(JobId, Fence, RunAt)],
+    ) -> Result<Vec<JobId>, QueueError> {
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
+        let fences: Vec<Fence> = jobs.iter().map(|j| j.1).collect();
+        let (at, delay_ms): (Vec<_>, Vec<_>) = jobs.iter().map(|j| j.2.to_sql()).unzip();
+        Ok(sql::snooze_many(conn, &ids, &fences, &at, &delay_ms).await?)
+    }
+
     /// Records a failed attempt: a retryable failure with attempts left is queued again after a durable backoff
     /// with full jitter; a fatal one, or the last attempt's, moves the job to `dead_letters` in the same statement.
     pub async fn fail(

@@ -176,8 +176,15 @@ pub(crate) async fn heartbeat<'c>(
 /// hash the whole table.)
 pub(crate) fn complete_sql(keep_completed: bool) -> &'static str {
     if keep_completed {
-        "UPDATE jobs SET state = 'completed', finished_at = now(), lease_expires_at = NULL
-         WHERE id = ANY($1::int8[]) AND fence = ANY($2::int8[]) AND state = 'running'
+        "WITH done AS (
+             DELETE FROM jobs
+             WHERE id = ANY($1::int8[]) AND fence = ANY($2::int8[]) AND state = 'running'
+             RETURNING id, kind, payload, priority, attempts, max_attempts, fence, leased_by, idempotency_key,
+                       resource_key, errors, created_at)
+         INSERT INTO jobs_completed
+             SELECT id, kind, payload, priority, attempts, max_attempts, fence, leased_by, idempotency_key,
+                    resource_key, errors, created_at, now()
+             FROM done
          RETURNING id"
     } else {
         "DELETE FROM jobs
@@ -186,8 +193,8 @@ pub(crate) fn complete_sql(keep_completed: bool) -> &'static str {
     }
 }
 
-/// Completes many jobs at once; returns the ids whose fence was still current. Completed rows are kept for
-/// retention, or deleted at once when retention is zero (a DELETE is the cheapest way to finish a row).
+/// Completes many jobs at once; returns the ids whose fence was still current. Completed rows move to
+/// `jobs_completed` for retention, or are only deleted when retention is zero.
 pub(crate) async fn complete_many<'c>(
     conn: impl PgExecutor<'c>,
     ids: &[JobId],
@@ -250,6 +257,30 @@ pub(crate) async fn snooze<'c>(
     .execute(conn)
     .await
     .map(|r| r.rows_affected())
+}
+
+/// Snoozes many running jobs at once (each with its own time); returns the ids whose fence was still current.
+pub(crate) async fn snooze_many<'c>(
+    conn: impl PgExecutor<'c>,
+    ids: &[JobId],
+    fences: &[Fence],
+    at: &[Option<DateTime<Utc>>],
+    delay_ms: &[i64],
+) -> sqlx::Result<Vec<JobId>> {
+    sqlx::query_scalar(
+        "UPDATE jobs j
+         SET state = 'queued', run_at = COALESCE(s.at, now() + s.delay_ms * interval '1 millisecond'),
+             attempts = j.attempts - 1, lease_expires_at = NULL, leased_by = NULL
+         FROM unnest($1::int8[], $2::int8[], $3::timestamptz[], $4::int8[]) AS s(id, fence, at, delay_ms)
+         WHERE j.id = s.id AND j.fence = s.fence AND j.state = 'running'
+         RETURNING j.id",
+    )
+    .bind(ids)
+    .bind(fences)
+    .bind(at)
+    .bind(delay_ms)
+    .fetch_all(conn)
+    .await
 }
 
 pub(crate) struct DeadLetterRow<'a> {
@@ -355,10 +386,10 @@ pub(crate) async fn purge_completed<'c>(
     limit: i64,
 ) -> sqlx::Result<u64> {
     sqlx::query(
-        "DELETE FROM jobs WHERE id IN (
-             SELECT id FROM jobs
-             WHERE state = 'completed' AND finished_at < now() - $1 * interval '1 millisecond'
-             LIMIT $2)",
+        "DELETE FROM jobs_completed WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM jobs_completed
+             WHERE finished_at < now() - $1 * interval '1 millisecond'
+             LIMIT $2))",
     )
     .bind(age_ms)
     .bind(limit)
@@ -377,15 +408,17 @@ pub(crate) struct JobCount {
     pub oldest_due_secs: f64,
 }
 
-/// Jobs per kind and state, with how long the oldest due queued one has waited, in one scan. Completed rows are
-/// counted too (the dashboard shows them until retention purges them), which bounds the scan by the retention.
+/// Jobs per kind and state, with how long the oldest due queued one has waited. Completed jobs are counted too
+/// (the dashboard shows them until retention purges them), which bounds that scan by the retention.
 pub(crate) async fn job_counts<'c>(conn: impl PgExecutor<'c>) -> sqlx::Result<Vec<JobCount>> {
     sqlx::query_as(
         "SELECT kind, state, count(*) AS jobs,
                 COALESCE(extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'queued' AND run_at <= now())),
                          0)::float8 AS oldest_due_secs
          FROM jobs
-         GROUP BY kind, state",
+         GROUP BY kind, state
+         UNION ALL
+         SELECT kind, 'completed', count(*), 0 FROM jobs_completed GROUP BY kind",
     )
     .fetch_all(conn)
     .await

@@ -233,13 +233,19 @@ async fn completed_jobs_are_purged_after_retention_and_dead_letters_stay() {
         0,
         "young completed jobs are kept"
     );
-    sqlx::query("UPDATE jobs SET finished_at = now() - interval '2 minutes' WHERE id = $1")
+    sqlx::query("UPDATE jobs_completed SET finished_at = now() - interval '2 minutes' WHERE id = $1")
         .bind(held[0].id)
         .execute(&db.pool)
         .await
         .unwrap();
     assert_eq!(q.purge_completed().await.unwrap(), 1);
+    assert_eq!(state_of(&db.pool, held[0].id).await, None, "the old one is gone");
     assert_eq!(state_of(&db.pool, held[1].id).await.as_deref(), Some("completed"));
+    let live: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(live, 0, "completed and dead-lettered jobs leave the jobs table");
     let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters")
         .fetch_one(&db.pool)
         .await

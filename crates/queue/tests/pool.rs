@@ -87,7 +87,7 @@ async fn an_idle_pool_is_woken_by_notify_not_by_its_poll() {
     })
     .await;
     wait_for(Duration::from_secs(10), "completions to be written", || async {
-        count(&db.pool, "SELECT count(*) FROM jobs WHERE state = 'completed'").await == 5
+        count(&db.pool, "SELECT count(*) FROM jobs_completed").await == 5
     })
     .await;
     shutdown.cancel();
@@ -116,7 +116,7 @@ async fn heartbeats_keep_a_long_job_leased_past_its_ttl() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(rescued, 0);
-    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM jobs WHERE id = $1")
+    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM jobs_completed WHERE id = $1")
         .bind(id)
         .fetch_one(&db.pool)
         .await
@@ -201,11 +201,7 @@ async fn shutdown_drains_in_flight_jobs_while_heartbeats_hold_their_leases() {
     pool.await.unwrap();
     assert_eq!(rescued, 0, "no lease expired during the drain");
     assert_eq!(
-        count(
-            &db.pool,
-            "SELECT count(*) FROM jobs WHERE state = 'completed' AND attempts = 1"
-        )
-        .await,
+        count(&db.pool, "SELECT count(*) FROM jobs_completed WHERE attempts = 1").await,
         3
     );
 }
@@ -265,7 +261,7 @@ async fn two_pools_run_each_job_exactly_once() {
         ));
     }
     wait_for(Duration::from_secs(20), "all jobs completed", || async {
-        count(&db.pool, "SELECT count(*) FROM jobs WHERE state = 'completed'").await == 500
+        count(&db.pool, "SELECT count(*) FROM jobs_completed").await == 500
     })
     .await;
     shutdown.cancel();
@@ -274,7 +270,11 @@ async fn two_pools_run_each_job_exactly_once() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 500);
     assert_eq!(
-        count(&db.pool, "SELECT count(*) FROM jobs WHERE attempts <> 1").await,
+        count(
+            &db.pool,
+            "SELECT count(*) FROM jobs_completed WHERE attempts <> 1"
+        )
+        .await,
         0
     );
 }

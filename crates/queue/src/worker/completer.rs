@@ -1,20 +1,29 @@
-//! Batched completion: handlers that simply finished hand their (job, fence) to one task that completes
-//! everything waiting in one fenced statement. Under load batches grow by themselves; idle, a completion is
-//! written at once. Each handler still learns whether its own completion was accepted.
+//! Batched outcomes: handlers that simply finished or snoozed hand their (job, fence) to one task that writes
+//! everything waiting in one fenced statement per outcome. Under load batches grow by themselves; idle, an outcome
+//! is written at once. Each handler still learns whether its own write was accepted. Wait steps that find nothing
+//! new snooze by the thousand in a fleet, so their snoozes share statements (and commits) like completions do.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::job::{Fence, JobId};
+use crate::error::QueueError;
+use crate::job::{Fence, JobId, RunAt};
 use crate::queue::{JobRef, Queue};
 
-/// The largest batch one statement completes.
+/// The largest batch one flush writes.
 const MAX_BATCH: usize = 5000;
 
-/// (job, fence, kind label, where to say whether the completion was accepted)
-type Request = (JobId, Fence, &'static str, oneshot::Sender<bool>);
+struct Request {
+    id: JobId,
+    fence: Fence,
+    kind: &'static str,
+    /// `None` completes the job; a time snoozes it until then.
+    snooze: Option<RunAt>,
+    /// Told whether the write was accepted.
+    done: oneshot::Sender<bool>,
+}
 
 #[derive(Clone)]
 pub(crate) struct Completer {
@@ -32,8 +41,24 @@ impl Completer {
     /// Completes the job; `false` when its fence was no longer current (or the write kept failing, in which case
     /// the lease runs out and the rescuer runs the job again: at least once, never lost).
     pub(crate) async fn complete(&self, job: JobRef) -> bool {
+        self.submit(job, None).await
+    }
+
+    /// Queues the job again at `until` without counting the attempt; `false` as for [`Completer::complete`].
+    pub(crate) async fn snooze(&self, job: JobRef, until: RunAt) -> bool {
+        self.submit(job, Some(until)).await
+    }
+
+    async fn submit(&self, job: JobRef, snooze: Option<RunAt>) -> bool {
         let (done, accepted) = oneshot::channel();
-        if self.tx.send((job.id, job.fence, job.kind, done)).await.is_err() {
+        let request = Request {
+            id: job.id,
+            fence: job.fence,
+            kind: job.kind,
+            snooze,
+            done,
+        };
+        if self.tx.send(request).await.is_err() {
             return false;
         }
         accepted.await.unwrap_or(false)
@@ -56,7 +81,14 @@ async fn run(queue: Queue, mut rx: mpsc::Receiver<Request>, concurrent_flushes: 
         };
         let queue = queue.clone();
         in_flight.spawn(async move {
-            flush(&queue, batch).await;
+            let (snoozes, completions): (Vec<Request>, Vec<Request>) =
+                batch.into_iter().partition(|r| r.snooze.is_some());
+            if !completions.is_empty() {
+                flush(&queue, completions).await;
+            }
+            if !snoozes.is_empty() {
+                flush(&queue, snoozes).await;
+            }
             drop(permit);
         });
         while in_flight.try_join_next().is_some() {}
@@ -64,43 +96,52 @@ async fn run(queue: Queue, mut rx: mpsc::Receiver<Request>, concurrent_flushes: 
     while in_flight.join_next().await.is_some() {}
 }
 
+/// Writes one batch of a single outcome (all completions or all snoozes) and tells each handler its answer.
 async fn flush(queue: &Queue, batch: Vec<Request>) {
-    let pairs: Vec<(JobId, Fence)> = batch.iter().map(|(id, fence, _, _)| (*id, *fence)).collect();
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=5 {
-        let result = async {
-            let mut conn = queue.pool().acquire().await?;
-            queue.complete_many(&mut conn, &pairs).await
-        }
-        .await;
-        match result {
+        match write(queue, &batch).await {
             Ok(mut accepted) => {
                 accepted.sort_unstable();
-                for (id, fence, kind, done) in batch {
-                    let ok = accepted.binary_search(&id).is_ok();
+                for request in batch {
+                    let ok = accepted.binary_search(&request.id).is_ok();
                     if !ok {
                         racklift_metrics::global()
                             .queue_fence_rejections
-                            .with_label_values(&[kind])
+                            .with_label_values(&[request.kind])
                             .inc();
                         tracing::warn!(
-                            job_id = id,
-                            fence,
-                            "completion rejected: the lease was no longer held"
+                            job_id = request.id,
+                            fence = request.fence,
+                            "outcome rejected: the lease was no longer held"
                         );
                     }
-                    let _ = done.send(ok);
+                    let _ = request.done.send(ok);
                 }
                 return;
             }
             Err(error) => {
-                tracing::warn!(jobs = pairs.len(), attempt, error = %error, "completing a batch failed");
+                tracing::warn!(jobs = batch.len(), attempt, error = %error, "writing a batch of outcomes failed");
                 tokio::time::sleep(delay).await;
                 delay *= 2;
             }
         }
     }
-    for (_, _, _, done) in batch {
-        let _ = done.send(false);
+    for request in batch {
+        let _ = request.done.send(false);
+    }
+}
+
+async fn write(queue: &Queue, batch: &[Request]) -> Result<Vec<JobId>, QueueError> {
+    let mut conn = queue.pool().acquire().await?;
+    if batch.first().is_some_and(|r| r.snooze.is_some()) {
+        let jobs: Vec<(JobId, Fence, RunAt)> = batch
+            .iter()
+            .filter_map(|r| r.snooze.map(|until| (r.id, r.fence, until)))
+            .collect();
+        queue.snooze_many(&mut conn, &jobs).await
+    } else {
+        let jobs: Vec<(JobId, Fence)> = batch.iter().map(|r| (r.id, r.fence)).collect();
+        queue.complete_many(&mut conn, &jobs).await
     }
 }

@@ -383,11 +383,14 @@ async fn write_outcome(
             // The rarer outcomes are boxed: their sqlx futures are kilobytes, and inlined they would make every
             // job's task that large, to be copied at each spawn.
             Ok(Outcome::Snooze(until)) => {
-                Box::pin(async {
-                    let mut conn = queue.pool().acquire().await?;
-                    queue.snooze(&mut conn, job_ref, *until).await
-                })
-                .await
+                if shared.completer.snooze(job_ref, *until).await {
+                    Ok(())
+                } else {
+                    Err(crate::QueueError::LeaseLost {
+                        job_id: job_ref.id,
+                        fence: job_ref.fence,
+                    })
+                }
             }
             Ok(Outcome::Finished) => Ok(()),
             Err(failure) => {

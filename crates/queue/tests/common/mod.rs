@@ -20,12 +20,15 @@ pub async fn enqueue(q: &Queue, job: &NewJob) -> Enqueued {
     out
 }
 
+/// The job's state: queued or running in `jobs`, completed once it moved to `jobs_completed`.
 pub async fn state_of(pool: &PgPool, id: JobId) -> Option<String> {
-    sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
-        .bind(id)
-        .fetch_optional(pool)
-        .await
-        .unwrap()
+    sqlx::query_scalar(
+        "SELECT state FROM jobs WHERE id = $1 UNION ALL SELECT 'completed' FROM jobs_completed WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
 }
 
 /// Pretends the lease holder went silent: its lease is made to have expired a second ago.
