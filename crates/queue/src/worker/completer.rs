@@ -14,6 +14,9 @@ use crate::queue::{JobRef, Queue};
 
 /// The largest batch one flush writes.
 const MAX_BATCH: usize = 5000;
+/// How long a batch of only snoozes waits for company, and how many it waits for at most.
+const SNOOZE_LINGER: Duration = Duration::from_millis(20);
+const SNOOZE_BATCH: usize = 64;
 
 struct Request {
     id: JobId,
@@ -74,6 +77,24 @@ async fn run(queue: Queue, mut rx: mpsc::Receiver<Request>, concurrent_flushes: 
             match rx.try_recv() {
                 Ok(req) => batch.push(req),
                 Err(_) => break,
+            }
+        }
+        // A few snoozes and nothing else: wait a moment for more. A snoozed job is not due for a while anyway, and
+        // a fleet's wait polls trickle in a few per millisecond, so without this nearly every poll paid for its own
+        // statement and commit. Completions never wait: once one is in the batch it is written at once.
+        if batch.len() < SNOOZE_BATCH && batch.iter().all(|r| r.snooze.is_some()) {
+            let until = tokio::time::Instant::now() + SNOOZE_LINGER;
+            while batch.len() < SNOOZE_BATCH {
+                match tokio::time::timeout_at(until, rx.recv()).await {
+                    Ok(Some(req)) => {
+                        let completion = req.snooze.is_none();
+                        batch.push(req);
+                        if completion {
+                            break;
+                        }
+                    }
+                    Ok(None) | Err(_) => break,
+                }
             }
         }
         let Ok(permit) = flushes.clone().acquire_owned().await else {
