@@ -184,6 +184,13 @@ impl Config {
     pub(crate) fn poll(&self) -> TimeDelta {
         secs(self.poll_interval_secs)
     }
+
+    /// The poll period of a wait that must catch a transition while it happens (a fifth of
+    /// the poll period: 2 s against real hardware). Only brief transitions are watched this
+    /// closely, so the extra BMC reads are few.
+    pub(crate) fn catch_poll(&self) -> TimeDelta {
+        self.poll() / 5
+    }
 }
 
 #[cfg(test)]

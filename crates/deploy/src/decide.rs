@@ -514,9 +514,14 @@ fn decide_wait(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step {
                 },
             }
         }
-        WaitEval::Pending => {
+        WaitEval::Pending | WaitEval::PendingCatch => {
             let changed = next != *m;
-            let poll = now + cfg.poll();
+            let poll = now
+                + if eval == WaitEval::PendingCatch {
+                    cfg.catch_poll()
+                } else {
+                    cfg.poll()
+                };
             let until = timeout_at.map_or(poll, |at| at.min(poll));
             Step {
                 machine: next,

@@ -24,6 +24,9 @@ pub(crate) enum WaitEval {
     /// A side effect that belongs to the wait itself (powering a halted server on again).
     Act(Action),
     Pending,
+    /// Still waiting, but for a moment that has to be caught as it happens rather than found
+    /// afterwards: polled at a fraction of the poll period.
+    PendingCatch,
 }
 
 /// Install stage 1. Updates the reboot snapshot in `m`.
@@ -155,7 +158,10 @@ pub(crate) fn wait_secure_boot_settled(m: &mut Machine, facts: &Facts, now: Time
     let on = facts.power == Some(PowerState::On);
     match m.settle_watch {
         None if on => m.settle_watch = Some(RebootWatch::anchor(facts, now)),
-        None => {}
+        // The firmware resets itself a few POST stages after power-on. The snapshot has to be
+        // taken between the two: one taken after the self-reset cannot see it, and the wait then
+        // sits out the whole settle duration. So until the server is on, it is watched closely.
+        None => return WaitEval::PendingCatch,
         Some(watch) => {
             let (signal, advanced) = watch.observe(facts);
             if let RebootSignal::Rebooted { .. } = signal {

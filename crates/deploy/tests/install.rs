@@ -361,3 +361,24 @@ fn secure_boot_settle_anchors_then_waits() {
         Some(Cause::RebootDetected)
     );
 }
+
+/// The snapshot must land between the power-on and the firmware's self-reset a few POST stages
+/// later, so the wait polls closely until the server is on and at the usual period after.
+#[test]
+fn secure_boot_settle_watches_the_power_on_closely() {
+    let cfg = cfg();
+    let d = at_state(State::WaitSecureBootSettled, 100);
+    let next_poll = |step: &racklift_deploy::Step, at: i64| match step.decision {
+        Decision::Snooze { until } => (until - t(at)).num_milliseconds(),
+        ref other => panic!("expected a snooze, got {other:?}"),
+    };
+    let full = cfg.poll_interval_secs as i64 * 1000;
+    let powering = decide(&d, &power(PowerState::PoweringOn), t(100), &cfg);
+    assert!(powering.machine.settle_watch.is_none());
+    assert_eq!(next_poll(&powering, 100), full / 5, "powering on");
+    let off = decide(&d, &power(PowerState::Off), t(100), &cfg);
+    assert_eq!(next_poll(&off, 100), full / 5, "not yet on");
+    let anchored = decide(&d, &boot(Some(1), Some(P::SetupEntered)), t(101), &cfg);
+    assert!(anchored.machine.settle_watch.is_some());
+    assert_eq!(next_poll(&anchored, 101), full, "anchored");
+}
