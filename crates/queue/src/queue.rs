@@ -345,9 +345,12 @@ impl Queue {
 
     /// Queues a running job again at `until` without counting the attempt (a wait that is not met yet).
     pub async fn snooze(&self, conn: &mut PgConnection, job: JobRef, until: RunAt) -> Result<(), QueueError> {
-        match sql::snooze(conn, job.id, job.fence, until.to_sql()).await? {
-            1 => Ok(()),
-            _ => Err(fence_rejected(job)),
+        let (at, delay_ms) = until.to_sql();
+        let snoozed = sql::snooze_many(conn, &[job.id], &[job.fence], &[at], &[delay_ms]).await?;
+        if snoozed.len() == 1 {
+            Ok(())
+        } else {
+            Err(fence_rejected(job))
         }
     }
 

@@ -237,29 +237,8 @@ pub(crate) async fn retry<'c>(
     .map(|r| r.rows_affected())
 }
 
-/// Queues a running job again without counting the attempt: a wait whose condition is not met yet.
-pub(crate) async fn snooze<'c>(
-    conn: impl PgExecutor<'c>,
-    id: JobId,
-    fence: Fence,
-    run_at: (Option<DateTime<Utc>>, i64),
-) -> sqlx::Result<u64> {
-    sqlx::query(
-        "UPDATE jobs
-         SET state = 'queued', run_at = COALESCE($3, now() + $4 * interval '1 millisecond'),
-             attempts = attempts - 1, lease_expires_at = NULL, leased_by = NULL
-         WHERE id = $1 AND fence = $2 AND state = 'running'",
-    )
-    .bind(id)
-    .bind(fence)
-    .bind(run_at.0)
-    .bind(run_at.1)
-    .execute(conn)
-    .await
-    .map(|r| r.rows_affected())
-}
-
-/// Snoozes many running jobs at once (each with its own time); returns the ids whose fence was still current.
+/// Queues running jobs again without counting the attempt (waits whose condition is not met yet), each at its
+/// own time; returns the ids whose fence was still current.
 pub(crate) async fn snooze_many<'c>(
     conn: impl PgExecutor<'c>,
     ids: &[JobId],
