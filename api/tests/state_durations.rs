@@ -86,6 +86,32 @@ async fn state_durations_are_percentiles_per_vendor_over_the_window() {
     let wait = row(&longer, "dell", "WaitPowerOffBIOSDeferred");
     assert_eq!(figures(&wait), [3.0, 20.0, 29.0, 30.0], "{wait}");
 
+    // Per deployment, the same spans: node5's 30 s wait is the one ten days old.
+    let mut spans: Vec<(String, String, f64)> = api
+        .store
+        .state_spans(300 * 3600)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.state == "WaitPowerOffBIOSDeferred")
+        .map(|s| (s.server, s.vendor.unwrap_or_default(), s.secs))
+        .collect();
+    spans.sort_by(|a, b| a.2.total_cmp(&b.2));
+    let waits: Vec<(&str, f64)> = spans.iter().map(|s| (s.1.as_str(), s.2)).collect();
+    assert_eq!(
+        waits,
+        [("hpe", 5.0), ("dell", 10.0), ("dell", 20.0), ("dell", 30.0)]
+    );
+    let week: Vec<f64> = api
+        .store
+        .state_spans(168 * 3600)
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.secs)
+        .collect();
+    assert!(!week.contains(&30.0), "{week:?}");
+
     for bad in ["window_hours=0", "window_hours=x", "window_hours=9000", "since=3"] {
         let (s, v) = api
             .call(

@@ -5,6 +5,7 @@
 //! a while after an eject, for one), so a mixed fleet cannot finish before its slowest vendor's ideal: that is the
 //! ideal the fleet's wall time is compared with, and each deployment is also compared with its own vendor's.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -140,6 +141,11 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
         .send()
     };
 
+    let vendor_of: HashMap<&str, &str> = rack
+        .iter()
+        .map(|s| (s.name.as_str(), s.vendor.as_str()))
+        .collect();
+
     // The ideals: the first server of each personality (`Mix` assigns them round-robin), five at once.
     let lone = &rack[..VENDORS];
     let sent = futures::future::join_all(lone.iter().map(deploy)).await;
@@ -151,7 +157,7 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
     let ideal_by_vendor: Vec<(String, f64)> = durations(&pool, &lone_names, true)
         .await?
         .into_iter()
-        .map(|(server, secs)| (vendor_of(lone, &server), secs))
+        .map(|(server, secs)| (vendor_of[server.as_str()].to_owned(), secs))
         .collect();
     let ideal = ideal_by_vendor.iter().map(|v| v.1).fold(0.0, f64::max);
 
@@ -181,7 +187,7 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
     let vendor_ratios: Vec<(String, f64)> = fleet_durations
         .iter()
         .map(|(server, secs)| {
-            let vendor = vendor_of(fleet, server);
+            let vendor = vendor_of[server.as_str()].to_owned();
             let own = ideal_by_vendor
                 .iter()
                 .find(|v| v.0 == vendor)
@@ -208,7 +214,7 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
             .bind(&lone_names)
             .fetch_one(&pool)
             .await?;
-    let slowed_states = slowed_states(&pool, &rack).await?;
+    let slowed_states = slowed_states(&store, &rack[..VENDORS]).await?;
     let dead_letters: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters")
         .fetch_one(&pool)
         .await?;
@@ -264,24 +270,21 @@ async fn durations(pool: &PgPool, servers: &[String], among: bool) -> Result<Vec
 }
 
 /// Time per state and deployment (every visit summed) from the transition events, lone against fleet.
-async fn slowed_states(pool: &PgPool, rack: &[RackServer]) -> Result<Vec<SlowedState>, BenchError> {
-    let rows: Vec<(String, String, f64)> = sqlx::query_as(
-        "SELECT server, state, sum(secs)::float8 FROM ( \
-             SELECT d.server, d.id, e.detail ->> 'from' AS state, extract(epoch FROM e.at - coalesce( \
-                 lag(e.at) OVER (PARTITION BY e.deployment_id ORDER BY e.id), d.created_at)) AS secs \
-             FROM deployments d JOIN server_events e ON e.deployment_id = d.id AND e.kind = 'transition') spans \
-         WHERE state IS NOT NULL GROUP BY server, id, state",
-    )
-    .fetch_all(pool)
-    .await?;
-    let lone = &rack[..VENDORS];
-    let mut groups: std::collections::BTreeMap<(String, String), (Vec<f64>, Vec<f64>)> = Default::default();
-    for (server, state, secs) in rows {
-        let entry = groups.entry((vendor_of(rack, &server), state)).or_default();
-        if lone.iter().any(|s| s.name == server) {
-            entry.0.push(secs);
+async fn slowed_states(store: &Store, lone: &[RackServer]) -> Result<Vec<SlowedState>, BenchError> {
+    let spans = store
+        .state_spans(86_400) // the benchmark database is its own
+        .await
+        .map_err(|e| BenchError::Stalled(format!("state spans: {e}")))?;
+    let lone: HashSet<&str> = lone.iter().map(|s| s.name.as_str()).collect();
+    let mut groups: BTreeMap<(String, String), (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for span in spans {
+        let entry = groups
+            .entry((span.vendor.unwrap_or_default(), span.state))
+            .or_default();
+        if lone.contains(span.server.as_str()) {
+            entry.0.push(span.secs);
         } else {
-            entry.1.push(secs);
+            entry.1.push(span.secs);
         }
     }
     let mut slowed: Vec<SlowedState> = groups
@@ -297,12 +300,6 @@ async fn slowed_states(pool: &PgPool, rack: &[RackServer]) -> Result<Vec<SlowedS
     slowed.sort_by(|a, b| (b.fleet_p50_secs - b.lone_secs).total_cmp(&(a.fleet_p50_secs - a.lone_secs)));
     slowed.truncate(8);
     Ok(slowed)
-}
-
-fn vendor_of(rack: &[RackServer], server: &str) -> String {
-    rack.iter()
-        .find(|s| s.name == server)
-        .map_or_else(String::new, |s| s.vendor.clone())
 }
 
 /// Median, 90th percentile (nearest rank) and maximum.

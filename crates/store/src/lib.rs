@@ -27,8 +27,8 @@ pub use triage::actions::{Canceled, Retried, TriageError};
 pub use triage::bulk::{BulkRetry, Skipped};
 pub use triage::{
     Cursor, DeadLetter, DeadLetterDetail, DeadLetterFilter, DeadLetterGroup, DeadLetterPage,
-    DeadLetterSummary, LiveJob, StateDuration, StuckDeployment, TriageAction, TriageStatus, redact,
-    redact_text,
+    DeadLetterSummary, LiveJob, StateDuration, StateSpan, StuckDeployment, TriageAction, TriageStatus,
+    redact, redact_text,
 };
 
 use sqlx::PgPool;

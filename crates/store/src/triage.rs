@@ -14,7 +14,7 @@ pub mod bulk;
 mod durations;
 mod stuck;
 
-pub use durations::StateDuration;
+pub use durations::{StateDuration, StateSpan};
 pub use stuck::StuckDeployment;
 
 use chrono::{DateTime, Utc};
