@@ -8,6 +8,10 @@ pub enum QueueError {
     /// finished. The holder must stop and write nothing more for this job.
     #[error("lease on job {job_id} with fence {fence} is no longer held")]
     LeaseLost { job_id: JobId, fence: Fence },
+    /// A renewal found the job gone from the table: an outcome was written under its fence. While the lease
+    /// still holds, only its holder can have written it (a handler ending its job in its own transaction).
+    #[error("job {job_id} with fence {fence} has ended")]
+    JobEnded { job_id: JobId, fence: Fence },
     /// Another live job already holds this resource key (one live job per server or cluster).
     #[error("resource {resource_key} is busy with live job {existing}")]
     ResourceBusy { resource_key: String, existing: JobId },

@@ -242,11 +242,21 @@ impl Queue {
         Ok(ms.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1000.0)))
     }
 
-    /// Extends the lease while `job`'s fence is current; `LeaseLost` otherwise.
+    /// Extends the lease while `job`'s fence is current. Otherwise `JobEnded` when the job has left the table
+    /// (an outcome was written under its fence) and `LeaseLost` when it is still there under another holder or
+    /// none. A renewal that waited on the holder's own finishing transaction sees the first.
     pub async fn heartbeat(&self, job: JobRef) -> Result<(), QueueError> {
-        match sql::heartbeat(&self.pool, job.id, job.fence, millis(self.config.lease_ttl)).await? {
-            1 => Ok(()),
-            _ => Err(lease_lost(job)),
+        if sql::heartbeat(&self.pool, job.id, job.fence, millis(self.config.lease_ttl)).await? == 1 {
+            return Ok(());
+        }
+        // A statement of its own, so it sees what committed while the renewal waited for the row.
+        if sql::job_exists(&self.pool, job.id).await? {
+            Err(lease_lost(job))
+        } else {
+            Err(QueueError::JobEnded {
+                job_id: job.id,
+                fence: job.fence,
+            })
         }
     }
 

@@ -170,6 +170,13 @@ pub(crate) async fn heartbeat<'c>(
     .map(|r| r.rows_affected())
 }
 
+pub(crate) async fn job_exists<'c>(conn: impl PgExecutor<'c>, id: JobId) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)")
+        .bind(id)
+        .fetch_one(conn)
+        .await
+}
+
 /// The batch completion statement: `$1` job ids, `$2` their fences; returns the ids whose fence was current.
 /// Matching ids and fences as two sets is exact: each fence value is issued to one lease of one job only, so a row
 /// whose fence is among `$2` holds the very lease named beside it. (A join with `unnest` would make the planner

@@ -44,6 +44,11 @@ async fn stale_holder_cannot_complete_retry_snooze_or_dead_letter_after_takeover
     q.heartbeat(fresh.job_ref()).await.unwrap();
     q.complete(&mut conn, fresh.job_ref()).await.unwrap();
     assert_eq!(state_of(&db.pool, id).await.as_deref(), Some("completed"));
+    // Once the job is gone, a renewal says it ended rather than that someone else holds it.
+    assert!(matches!(
+        q.heartbeat(fresh.job_ref()).await,
+        Err(QueueError::JobEnded { job_id, .. }) if job_id == id
+    ));
 }
 
 #[tokio::test]

@@ -170,6 +170,52 @@ async fn losing_the_lease_cancels_the_handler_and_its_outcome_is_discarded() {
     assert!(fence > fence_before);
 }
 
+/// A handler that ends its job in its own transaction (`Outcome::Finished`) and is still returning when the
+/// first renewal falls due has lost nothing: the renewal must not cancel it or count a lost lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_its_handler_ended_is_not_a_lost_lease() {
+    let db = TestDb::new().await;
+    let q = short_lease(&db.pool);
+    let id = enqueue(&q, &job("own")).await.id();
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let returned = Arc::new(AtomicUsize::new(0));
+    let (seen, done) = (cancelled.clone(), returned.clone());
+    let registry = Registry::new().register("own", move |ctx: JobContext| {
+        let (seen, done) = (seen.clone(), done.clone());
+        async move {
+            let mut conn = ctx.queue.pool().acquire().await.unwrap();
+            ctx.queue.complete(&mut conn, ctx.job_ref()).await.unwrap();
+            drop(conn);
+            // Work after the commit that outlasts the first renewal (a third of the 600 ms lease).
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(600)) => {}
+                _ = ctx.cancel.cancelled() => { seen.fetch_add(1, Ordering::SeqCst); }
+            }
+            done.fetch_add(1, Ordering::SeqCst);
+            HandlerResult::Ok(Outcome::Finished)
+        }
+    });
+    let lost_before = lease_lost_total();
+    let shutdown = CancellationToken::new();
+    let pool = tokio::spawn(WorkerPool::new(q.clone(), registry, config(1)).run(shutdown.clone()));
+    wait_for(Duration::from_secs(5), "the handler to return", || async {
+        returned.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    shutdown.cancel();
+    pool.await.unwrap();
+    assert_eq!(cancelled.load(Ordering::SeqCst), 0, "the handler was cancelled");
+    assert_eq!(lease_lost_total(), lost_before, "a lost lease was counted");
+    assert_eq!(state_of(&db.pool, id).await.as_deref(), Some("completed"));
+}
+
+fn lease_lost_total() -> u64 {
+    racklift_metrics::global()
+        .queue_lease_lost
+        .with_label_values(&[racklift_metrics::job_kind("own")])
+        .get()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_drains_in_flight_jobs_while_heartbeats_hold_their_leases() {
     let db = TestDb::new().await;

@@ -121,7 +121,19 @@ async fn run(queue: Queue, job: Arc<Liveness>) {
             }
             // The outcome was written while this renewal was in flight; nothing was lost.
             Err(_) if job.done.is_cancelled() => return,
-            Err(QueueError::LeaseLost { .. }) => {
+            // Every write that removes a running job is fenced, and the rescuer only takes leases that have run
+            // out (the database's expiry is never before this clock's). With time left, the job was ended by its
+            // own handler, in a transaction that committed while this renewal waited for the row: the handler is
+            // returning, nothing was lost, and cancelling it would only misreport a loss.
+            Err(QueueError::JobEnded { .. }) if !job.lease.remaining().is_zero() => {
+                tracing::debug!(
+                    job_id = job.job.id,
+                    fence = job.job.fence,
+                    "job ended by its handler; renewals stop"
+                );
+                return;
+            }
+            Err(QueueError::LeaseLost { .. } | QueueError::JobEnded { .. }) => {
                 tracing::warn!(
                     job_id = job.job.id,
                     fence = job.job.fence,
