@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use racklift_api::demo::{self, RackServer};
 use racklift_api::{ApiConfig, AppState};
 use racklift_bmc_sim::{Personality, PersonalityChoice, Sim, SimConfig};
@@ -28,6 +29,8 @@ pub struct FleetRun {
     pub time_scale: f64,
     pub image_bytes: u64,
     pub concurrency: usize,
+    /// Leave the benchmark database in place afterwards, to look into.
+    pub keep_database: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -62,8 +65,8 @@ pub struct FleetReport {
     pub api_and_sim_cpu_secs: f64,
     /// Per vendor: deployments, and their median and worst duration over that vendor's ideal.
     pub by_vendor: Vec<(String, usize, f64, f64)>,
-    /// Where the fleet lost time: the (vendor, state) pairs whose median time in the state grew most over the
-    /// vendor's lone deployment, slowest first.
+    /// Where the fleet lost time: the (vendor, state) pairs whose mean time in the state grew most over the
+    /// vendor's lone deployment (the mean, so a few long stays count as much as everyone's short delay).
     pub slowed_states: Vec<SlowedState>,
     pub worker_peak_rss_kib: Vec<u64>,
 }
@@ -74,8 +77,11 @@ pub struct SlowedState {
     pub state: String,
     /// Seconds the vendor's lone deployment spent in the state (all visits).
     pub lone_secs: f64,
-    /// Median over the fleet's deployments of that vendor.
+    /// Over the fleet's deployments of that vendor: mean, median, 90th percentile and the longest.
+    pub fleet_mean_secs: f64,
     pub fleet_p50_secs: f64,
+    pub fleet_p90_secs: f64,
+    pub fleet_max_secs: f64,
 }
 
 /// Runs the fleet benchmark on a fresh database under `admin_url`.
@@ -164,12 +170,13 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
     let before = Counters::read(&pool, &workers).await?;
     let started = Instant::now();
     let fleet = &rack[VENDORS..];
-    for chunk in fleet.chunks(64) {
-        let sent = futures::future::join_all(chunk.iter().map(deploy)).await;
-        for response in sent {
-            check(response)?;
-        }
+    // As an operator's script would: a fixed number of requests in flight, the next sent as soon as one returns
+    // (not in lockstep chunks, where every chunk waits for its slowest request).
+    let mut sent = futures::stream::iter(fleet.iter().map(deploy)).buffer_unordered(SUBMIT_IN_FLIGHT);
+    while let Some(response) = sent.next().await {
+        check(response)?;
     }
+    drop(sent);
     let submit = started.elapsed();
     wait_all(&store, Duration::from_secs(3600)).await?;
     let wall = started.elapsed();
@@ -228,7 +235,9 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
     sim.shutdown().await;
     pool.close().await;
     let _ = std::fs::remove_dir_all(&dir);
-    dbs.drop_db("racklift_bench_fleet").await?;
+    if !run.keep_database {
+        dbs.drop_db("racklift_bench_fleet").await?;
+    }
     Ok(FleetReport {
         servers: fleet.len(),
         ideal_secs: ideal,
@@ -256,6 +265,8 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
 
 /// One server of each personality makes the ideals.
 const VENDORS: usize = Personality::ALL.len();
+/// Deploy requests the harness keeps in flight while submitting the fleet.
+const SUBMIT_IN_FLIGHT: usize = 64;
 
 /// Created-to-finished seconds of the deployments of `servers` (`among`) or of every other server.
 async fn durations(pool: &PgPool, servers: &[String], among: bool) -> Result<Vec<(String, f64)>, BenchError> {
@@ -290,15 +301,23 @@ async fn slowed_states(store: &Store, lone: &[RackServer]) -> Result<Vec<SlowedS
     let mut slowed: Vec<SlowedState> = groups
         .into_iter()
         .filter(|(_, (lone, fleet))| !lone.is_empty() && !fleet.is_empty())
-        .map(|((vendor, state), (lone, fleet))| SlowedState {
-            vendor,
-            state,
-            lone_secs: lone.iter().sum::<f64>() / lone.len() as f64,
-            fleet_p50_secs: quantiles(fleet)[0],
+        .map(|((vendor, state), (lone, fleet))| {
+            let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+            let fleet_mean_secs = mean(&fleet);
+            let [fleet_p50_secs, fleet_p90_secs, fleet_max_secs] = quantiles(fleet);
+            SlowedState {
+                vendor,
+                state,
+                lone_secs: mean(&lone),
+                fleet_mean_secs,
+                fleet_p50_secs,
+                fleet_p90_secs,
+                fleet_max_secs,
+            }
         })
         .collect();
-    slowed.sort_by(|a, b| (b.fleet_p50_secs - b.lone_secs).total_cmp(&(a.fleet_p50_secs - a.lone_secs)));
-    slowed.truncate(8);
+    slowed.sort_by(|a, b| (b.fleet_mean_secs - b.lone_secs).total_cmp(&(a.fleet_mean_secs - a.lone_secs)));
+    slowed.truncate(10);
     Ok(slowed)
 }
 

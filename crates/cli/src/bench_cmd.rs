@@ -41,6 +41,10 @@ struct FleetArgs {
     /// Installation image size in bytes (every server reads it through the API's media server).
     #[arg(long, default_value_t = 1024 * 1024)]
     image_bytes: u64,
+    /// Keep the `racklift_bench_fleet` database afterwards (deployments, events, jobs) to look into; only useful
+    /// with DATABASE_URL, since an embedded server is stopped at the end.
+    #[arg(long)]
+    keep_database: bool,
     /// Where the embedded benchmark database lives when DATABASE_URL is not set.
     #[arg(long, default_value = ".racklift/bench-postgres")]
     data_dir: std::path::PathBuf,
@@ -266,6 +270,7 @@ async fn fleet(args: FleetArgs) -> anyhow::Result<()> {
         time_scale: args.time_scale,
         image_bytes: args.image_bytes,
         concurrency: args.concurrency,
+        keep_database: args.keep_database,
     };
     let result = racklift_bench::fleet::run(&exe, &admin_url, run).await;
     if let Some(pg) = embedded {
@@ -302,11 +307,17 @@ async fn fleet(args: FleetArgs) -> anyhow::Result<()> {
     for (vendor, count, p50, max) in &r.by_vendor {
         println!("    {vendor:<11} {count:>4} deployments: {p50:.2}x / max {max:.2}x");
     }
-    println!("  states that slowed most (vendor, state: alone -> fleet p50):");
-    for slowed in &r.slowed_states {
+    println!("  states that slowed most (vendor, state: alone -> fleet mean; fleet p50 / p90 / max):");
+    for s in &r.slowed_states {
         println!(
-            "    {:<11} {:<26} {:>6.1} s -> {:>6.1} s",
-            slowed.vendor, slowed.state, slowed.lone_secs, slowed.fleet_p50_secs
+            "    {:<11} {:<26} {:>6.1} s -> {:>6.1} s;  {:.1} / {:.1} / {:.1} s",
+            s.vendor,
+            s.state,
+            s.lone_secs,
+            s.fleet_mean_secs,
+            s.fleet_p50_secs,
+            s.fleet_p90_secs,
+            s.fleet_max_secs
         );
     }
     println!(
