@@ -46,6 +46,16 @@ enum StepError {
     Access(bmc_access::AccessError),
 }
 
+/// Close re-observations one lease makes before it snoozes through the queue anyway (at real hardware's catch
+/// poll of 2 s, 20 s of watching), so a transition that never comes cannot hold a lease indefinitely.
+const MAX_CLOSE_WATCHES_PER_LEASE: u32 = 10;
+
+/// How long to pause in-process before observing again, when a snooze of `snooze` is short enough to be a close
+/// watch and the lease has close watches left; `None` sends the job through the queue.
+fn watch_closely(snooze: chrono::TimeDelta, watches_left: u32, cfg: &Config) -> Option<Duration> {
+    (watches_left > 0 && snooze <= cfg.catch_poll()).then(|| snooze.to_std().unwrap_or_default())
+}
+
 /// How the lease ends.
 enum End {
     Snooze(chrono::DateTime<Utc>),
@@ -115,6 +125,7 @@ impl DeployStep {
         let mut events: Vec<(String, Option<i64>, Value)> = Vec::new();
         let mut last_error: Option<Value> = None;
         let mut budget = self.config.max_transitions_per_tick.max(1);
+        let mut close_watches = MAX_CLOSE_WATCHES_PER_LEASE;
         let end = loop {
             if ctx.cancel.is_cancelled() {
                 return Ok(Outcome::Finished);
@@ -134,6 +145,18 @@ impl DeployStep {
                     budget -= 1;
                     if budget == 0 {
                         break (End::Snooze(now), facts_json);
+                    }
+                }
+                // A wait watching a brief transition (a server powering on before its firmware resets itself)
+                // must see the moment it passes. Through the queue, a busy fleet's pickup delay can exceed
+                // the whole window, so the lease is kept and the wait re-observed here.
+                Decision::Snooze { until }
+                    if let Some(pause) = watch_closely(until - now, close_watches, &self.config) =>
+                {
+                    close_watches -= 1;
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = ctx.cancel.cancelled() => return Ok(Outcome::Finished),
                     }
                 }
                 Decision::Snooze { until } => break (End::Snooze(until), facts_json),
@@ -436,7 +459,28 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::reqwest_host;
+    use super::{Config, Duration, reqwest_host, watch_closely};
+
+    #[test]
+    fn only_short_snoozes_are_watched_in_process_and_only_so_often() {
+        let cfg = Config::default(); // poll 10 s, catch poll 2 s
+        let ms = chrono::TimeDelta::milliseconds;
+        for (snooze, left, want) in [
+            (ms(2_000), 10, Some(2_000)),
+            (ms(500), 1, Some(500)),
+            (ms(0), 3, Some(0)),
+            (ms(-50), 3, Some(0)), // already due
+            (ms(2_001), 10, None), // a regular poll goes through the queue
+            (ms(10_000), 10, None),
+            (ms(2_000), 0, None), // this lease has watched enough
+        ] {
+            assert_eq!(
+                watch_closely(snooze, left, &cfg),
+                want.map(Duration::from_millis),
+                "{snooze:?} with {left} left"
+            );
+        }
+    }
 
     #[test]
     fn bmc_host_is_the_address_media_reads_come_from() {

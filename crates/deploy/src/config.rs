@@ -187,8 +187,9 @@ impl Config {
 
     /// The poll period of a wait that must catch a transition while it happens (a fifth of
     /// the poll period: 2 s against real hardware). Only brief transitions are watched this
-    /// closely, so the extra BMC reads are few.
-    pub(crate) fn catch_poll(&self) -> TimeDelta {
+    /// closely, so the extra BMC reads are few. Workers sleep through snoozes this short
+    /// in-process rather than through the queue, whose round trip can be longer under load.
+    pub fn catch_poll(&self) -> TimeDelta {
         self.poll() / 5
     }
 }
