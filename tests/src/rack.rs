@@ -46,9 +46,7 @@ impl Rack {
         workers: bool,
     ) -> Rack {
         Rack::launch(
-            servers,
-            personality,
-            time_scale,
+            SimConfig::for_deployments(servers, personality, time_scale),
             workers,
             Config::for_simulation(time_scale),
         )
@@ -64,18 +62,22 @@ impl Rack {
         time_scale: f64,
         config: Config,
     ) -> Rack {
-        Rack::launch(servers, personality, time_scale, true, config).await
+        Rack::launch(
+            SimConfig::for_deployments(servers, personality, time_scale),
+            true,
+            config,
+        )
+        .await
     }
 
-    async fn launch(
-        servers: usize,
-        personality: PersonalityChoice,
-        time_scale: f64,
-        workers: bool,
-        config: Config,
-    ) -> Rack {
+    /// As [`Rack::start_with_config`], with the simulator's own settings (its machines' timings, say).
+    pub async fn start_with_sim(sim_config: SimConfig, config: Config) -> Rack {
+        Rack::launch(sim_config, true, config).await
+    }
+
+    async fn launch(sim_config: SimConfig, workers: bool, config: Config) -> Rack {
         let db = TestDb::new().await;
-        let sim_config = SimConfig::for_deployments(servers, personality, time_scale);
+        let servers = sim_config.servers;
         let sim = Sim::start(sim_config).await.expect("start the simulator");
         let dir = std::env::temp_dir().join(format!("racklift-rack-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).expect("rack temp dir");

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use racklift_bmc_sim::{Faults, Personality, PersonalityChoice};
+use racklift_bmc_sim::{Faults, Personality, PersonalityChoice, SimConfig};
 use racklift_deploy::{Cause, Config, State, Transition};
 use racklift_tests::rack::Rack;
 use serde_json::{Value, json};
@@ -257,6 +257,55 @@ async fn a_wait_that_times_out_falls_back_to_its_trigger_and_the_deployment_comp
     assert!(
         audit.stale_mutations.is_empty() && audit.max_concurrent <= 1,
         "{name}: {audit:?}"
+    );
+    rack.stop().await;
+}
+
+/// Generic, Dell and Supermicro firmware resets itself during the POST after key enrolment, here a second after
+/// the server comes on (two POST stages), and the server takes 0.3 s to come on. With polls 2 s apart, a wait that
+/// took its snapshot at its next regular poll would take it after that reset, never see it and sit out the whole
+/// settle duration (60 s here). Watching the power-on closely puts the snapshot before the reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_settle_wait_sees_the_firmware_reset_itself_after_key_enrolment() {
+    const SCALE: f64 = 0.002;
+    let mut sim = SimConfig::for_deployments(5, PersonalityChoice::Mix, SCALE);
+    sim.timings.power_on = Duration::from_secs_f64(0.3 / SCALE);
+    let config = Config {
+        poll_interval_secs: 2,
+        secure_boot_settle_secs: 60,
+        ..Config::for_simulation(SCALE)
+    };
+    let rack = Rack::start_with_sim(sim, config).await;
+    for i in 0..rack.sim.len() {
+        let response = rack.deploy(rack.sim.name(i), json!({})).await;
+        assert_eq!(
+            response.status(),
+            202,
+            "{}",
+            response.text().await.unwrap_or_default()
+        );
+    }
+    let mut settled = Vec::new();
+    for i in 0..rack.sim.len() {
+        let name = rack.sim.name(i).to_owned();
+        let d = rack.wait_finished(&name, Duration::from_secs(150)).await;
+        let log = rack.event_log(&name).await;
+        assert_eq!(
+            d.deployment.machine.state,
+            State::Completed,
+            "{name}\nevents:\n{log}"
+        );
+        for t in rack.transitions(&name).await {
+            if t.from == State::WaitSecureBootSettled {
+                assert_eq!(t.cause, Cause::RebootDetected, "{name}: {t:?}\nevents:\n{log}");
+                settled.push(rack.sim.personality(i));
+            }
+        }
+    }
+    assert_eq!(
+        settled,
+        [Personality::Generic, Personality::Dell, Personality::Supermicro],
+        "the personalities that enrol keys and reset"
     );
     rack.stop().await;
 }
