@@ -192,6 +192,21 @@ impl Rack {
             .expect("deploy request")
     }
 
+    /// Deploys every server of the rack with the demo request, asserting each was accepted.
+    pub async fn deploy_all(&self) {
+        for i in 0..self.sim.len() {
+            let name = self.sim.name(i);
+            let response = self.deploy(name, json!({})).await;
+            let status = response.status();
+            assert_eq!(
+                status,
+                202,
+                "{name}: {}",
+                response.text().await.unwrap_or_default()
+            );
+        }
+    }
+
     /// Makes server `i`'s BMC answer every mutation with HTTP 500, deploys it and waits until the deployment has
     /// failed (its retries spent), returning it: the common way to get a dead letter to triage.
     pub async fn deploy_into_failure(&self, i: usize) -> DeploymentRecord {

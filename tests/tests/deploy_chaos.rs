@@ -55,9 +55,7 @@ async fn killed_and_stalled_workers_never_issue_a_stale_mutation() {
     let rack = Rack::start_with(5, PersonalityChoice::Mix, SCALE, false).await;
     let mut a = worker(&rack);
     let b = worker(&rack);
-    for i in 0..rack.sim.len() {
-        assert_eq!(rack.deploy(rack.sim.name(i), json!({})).await.status(), 202);
-    }
+    rack.deploy_all().await;
     wait_progress(&rack, 15).await;
     a.signal("KILL");
     let _ = a.child.wait().await;

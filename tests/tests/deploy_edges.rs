@@ -276,15 +276,7 @@ async fn the_settle_wait_sees_the_firmware_reset_itself_after_key_enrolment() {
         ..Config::for_simulation(SCALE)
     };
     let rack = Rack::start_with_sim(sim, config).await;
-    for i in 0..rack.sim.len() {
-        let response = rack.deploy(rack.sim.name(i), json!({})).await;
-        assert_eq!(
-            response.status(),
-            202,
-            "{}",
-            response.text().await.unwrap_or_default()
-        );
-    }
+    rack.deploy_all().await;
     let mut settled = Vec::new();
     for i in 0..rack.sim.len() {
         let name = rack.sim.name(i).to_owned();

@@ -10,15 +10,7 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_personality_deploys_to_completed() {
     let rack = Rack::start(5, PersonalityChoice::Mix, 0.002).await;
-    for i in 0..rack.sim.len() {
-        let response = rack.deploy(rack.sim.name(i), json!({})).await;
-        assert_eq!(
-            response.status(),
-            202,
-            "{}",
-            response.text().await.unwrap_or_default()
-        );
-    }
+    rack.deploy_all().await;
     for i in 0..rack.sim.len() {
         let name = rack.sim.name(i).to_owned();
         let d = rack.wait_finished(&name, Duration::from_secs(90)).await;
