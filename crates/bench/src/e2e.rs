@@ -14,6 +14,7 @@ use racklift_queue::{
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::proc_stats::{CpuMeter, Throughput};
 use crate::{BenchError, seed_jobs};
 
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +46,7 @@ impl Counting {
     }
 }
 
-pub async fn run(pool: &PgPool, run: E2eRun) -> Result<f64, BenchError> {
+pub async fn run(pool: &PgPool, run: E2eRun) -> Result<Throughput, BenchError> {
     seed_jobs(pool, "noop", run.jobs, &serde_json::json!({})).await?;
     let retention = if run.keep_completed {
         Duration::from_secs(3600)
@@ -65,6 +66,7 @@ pub async fn run(pool: &PgPool, run: E2eRun) -> Result<f64, BenchError> {
         all_ran: Arc::new(Notify::new()),
     };
     let shutdown = CancellationToken::new();
+    let cpu = CpuMeter::start();
     let start = Instant::now();
     let mut pools = tokio::task::JoinSet::new();
     for _ in 0..run.pools {
@@ -91,6 +93,7 @@ pub async fn run(pool: &PgPool, run: E2eRun) -> Result<f64, BenchError> {
     shutdown.cancel();
     while pools.join_next().await.is_some() {}
     let elapsed = start.elapsed();
+    let cpu = cpu.per_job(run.jobs);
     let live: i64 = sqlx::query_scalar("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')")
         .fetch_one(pool)
         .await?;
@@ -99,5 +102,8 @@ pub async fn run(pool: &PgPool, run: E2eRun) -> Result<f64, BenchError> {
             "racklift end-to-end run left {live} live jobs after its pools drained"
         )));
     }
-    Ok(run.jobs as f64 / elapsed.as_secs_f64())
+    Ok(Throughput {
+        jobs_per_sec: run.jobs as f64 / elapsed.as_secs_f64(),
+        cpu,
+    })
 }

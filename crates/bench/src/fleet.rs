@@ -20,6 +20,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::proc_stats::{cpu_secs, peak_rss_kib, postgres_cpu_secs};
 use crate::{BenchDb, BenchError};
 
 #[derive(Debug, Clone, Copy)]
@@ -429,52 +430,4 @@ impl Counters {
             own_cpu: cpu_secs(std::process::id(), false),
         })
     }
-}
-
-/// utime + stime (and, with `children`, the reaped children's) of a process, in seconds.
-fn cpu_secs(pid: u32, children: bool) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the parenthesised command name; utime is field 14 of the whole line.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return 0.0;
-    };
-    let fields: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(4)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    let ticks: u64 = if children {
-        fields.iter().sum()
-    } else {
-        fields.iter().take(2).sum()
-    };
-    ticks as f64 / 100.0
-}
-
-/// Every PostgreSQL process's CPU, the postmaster's reaped backends included.
-fn postgres_cpu_secs() -> f64 {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0.0;
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postgres")
-        })
-        .map(|pid| cpu_secs(pid, true))
-        .sum()
-}
-
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }

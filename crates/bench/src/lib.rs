@@ -5,6 +5,7 @@
 pub mod e2e;
 pub mod fleet;
 mod latency;
+mod proc_stats;
 mod raw;
 mod rss;
 
@@ -15,6 +16,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 
 pub use e2e::E2eRun;
 pub use latency::Latency;
+pub use proc_stats::{CpuPerJob, Throughput};
 pub use racklift_bench_apalis::{ApalisRun, best_of as apalis_best_of, run as apalis_run};
 
 #[derive(Debug, thiserror::Error)]

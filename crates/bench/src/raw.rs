@@ -5,17 +5,19 @@ use std::time::{Duration, Instant};
 use racklift_queue::{Fence, JobId, LEASE_SQL, complete_sql};
 use sqlx::{PgPool, Row};
 
+use crate::proc_stats::{CpuMeter, Throughput};
 use crate::{BenchError, seed_jobs};
 
-/// Drains `jobs` pre-inserted no-op jobs with `clients` connections claiming `batch` at a time; jobs/s.
+/// Drains `jobs` pre-inserted no-op jobs with `clients` connections claiming `batch` at a time.
 pub async fn run(
     pool: &PgPool,
     jobs: u64,
     clients: usize,
     batch: usize,
     keep_completed: bool,
-) -> Result<f64, BenchError> {
+) -> Result<Throughput, BenchError> {
     seed_jobs(pool, "noop", jobs, &serde_json::json!({})).await?;
+    let cpu = CpuMeter::start();
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for client in 0..clients {
@@ -51,10 +53,14 @@ pub async fn run(
         total += joined.map_err(|e| BenchError::Stalled(format!("raw client panicked: {e}")))??;
     }
     let elapsed = start.elapsed().max(Duration::from_micros(1));
+    let cpu = cpu.per_job(jobs);
     if total != jobs {
         return Err(BenchError::Stalled(format!(
             "raw bound completed {total} of {jobs} jobs"
         )));
     }
-    Ok(jobs as f64 / elapsed.as_secs_f64())
+    Ok(Throughput {
+        jobs_per_sec: jobs as f64 / elapsed.as_secs_f64(),
+        cpu,
+    })
 }

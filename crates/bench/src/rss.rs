@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
+use crate::proc_stats::peak_rss_kib;
 use crate::{BenchError, seed_jobs};
 
 /// Returns peak RSS in KiB of a worker while `in_flight` jobs are running at once.
@@ -53,12 +54,12 @@ pub async fn measure(racklift: &Path, url: &str, pool: &PgPool, in_flight: usize
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(BenchError::Process)?;
-    let hwm_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0);
+    let hwm_kib = peak_rss_kib(pid);
+    if hwm_kib == 0 {
+        return Err(BenchError::Stalled(format!(
+            "could not read the peak RSS of worker process {pid}"
+        )));
+    }
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use racklift_bench::{BenchDb, E2eRun, median};
+use racklift_bench::{BenchDb, CpuPerJob, E2eRun, Throughput, median};
 use racklift_pgembed::EmbeddedPostgres;
 use racklift_queue::WorkerConfig;
 
@@ -128,7 +128,7 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
         args.jobs, args.reps, args.batch
     );
 
-    let mut rows: Vec<(String, f64)> = Vec::new();
+    let mut rows: Vec<(String, f64, Option<CpuPerJob>)> = Vec::new();
     for keep_completed in [false, true] {
         let style = if keep_completed {
             "complete=move to jobs_completed (kept for retention, the default)"
@@ -160,14 +160,16 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
                 "  rep {}/{} ({style}): raw {:.0}/s, racklift {:.0}/s",
                 rep + 1,
                 args.reps,
-                raw[rep],
-                e2e[rep]
+                raw[rep].jobs_per_sec,
+                e2e[rep].jobs_per_sec
             );
         }
-        let (raw, e2e) = (median(&mut raw), median(&mut e2e));
+        let (raw, raw_cpu) = median_run(&raw);
+        let (e2e, e2e_cpu) = median_run(&e2e);
         rows.push((
             format!("raw-SQL bound, {} clients, {style}", args.raw_clients),
             raw,
+            Some(raw_cpu),
         ));
         rows.push((
             format!(
@@ -177,6 +179,7 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
                 100.0 * e2e / raw
             ),
             e2e,
+            Some(e2e_cpu),
         ));
     }
     dbs.drop_db("racklift_bench_raw").await?;
@@ -212,12 +215,16 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
             racklift_delete / apalis
         ),
         apalis,
+        None,
     ));
 
     println!();
-    println!("{:>12}  what", "jobs/s");
-    for (label, rate) in &rows {
-        println!("{rate:>12.0}  {label}");
+    println!("{:>12}  {:>21}  what", "jobs/s", "CPU us/job: own / PG");
+    for (label, rate, cpu) in &rows {
+        let cpu = cpu.map_or(String::new(), |c| {
+            format!("{:.1} / {:.1}", c.own_us, c.postgres_us)
+        });
+        println!("{rate:>12.0}  {cpu:>21}  {label}");
     }
 
     let (_, pool) = dbs.fresh("racklift_bench_latency", 8).await?;
@@ -241,6 +248,16 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
         kib as f64 / 1024.0
     );
     Ok(())
+}
+
+/// The median jobs/s of a set of runs, and the medians of their CPU per job (each measured on its own).
+fn median_run(runs: &[Throughput]) -> (f64, CpuPerJob) {
+    let pick = |f: fn(&Throughput) -> f64| median(&mut runs.iter().map(f).collect::<Vec<_>>());
+    let cpu = CpuPerJob {
+        own_us: pick(|t| t.cpu.own_us),
+        postgres_us: pick(|t| t.cpu.postgres_us),
+    };
+    (pick(|t| t.jobs_per_sec), cpu)
 }
 
 fn parse_grid(cells: &[String]) -> anyhow::Result<Vec<(usize, usize)>> {
