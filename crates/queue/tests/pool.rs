@@ -324,3 +324,67 @@ async fn two_pools_run_each_job_exactly_once() {
         0
     );
 }
+
+/// A handler slot is freed when the handler returns, not when its outcome is written: with concurrency 1, a
+/// second job runs while the first one's completion is held up in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_job_runs_while_the_last_outcome_is_still_being_written() {
+    let db = TestDb::new().await;
+    let q = queue(&db.pool);
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<i64>();
+    let release_first = Arc::new(tokio::sync::Notify::new());
+    let release = release_first.clone();
+    let registry = Registry::new().register("k", move |ctx: JobContext| {
+        let started_tx = started_tx.clone();
+        let release = release.clone();
+        async move {
+            let first = ctx.job.payload::<serde_json::Value>().unwrap()["first"] == true;
+            started_tx.send(ctx.job.id).unwrap();
+            if first {
+                release.notified().await;
+            }
+            HandlerResult::Ok(Outcome::Complete)
+        }
+    });
+    let shutdown = CancellationToken::new();
+    let pool = tokio::spawn(WorkerPool::new(q.clone(), registry, config(1)).run(shutdown.clone()));
+    let first = enqueue(
+        &q,
+        &NewJob::new("k", &serde_json::json!({ "first": true })).unwrap(),
+    )
+    .await
+    .id();
+    assert_eq!(started.recv().await, Some(first));
+    // Hold the first job's row so its completion statement waits, then let its handler return.
+    let mut lock = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
+        .bind(first)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    release_first.notify_one();
+    wait_for(Duration::from_secs(10), "the completion to wait on the row lock", || async {
+        count(
+            &db.pool,
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM jobs%'",
+        )
+        .await
+            == 1
+    })
+    .await;
+    let second = enqueue(&q, &job("k")).await.id();
+    let ran = tokio::time::timeout(Duration::from_secs(10), started.recv()).await;
+    assert_eq!(
+        ran.ok().flatten(),
+        Some(second),
+        "the second job must run while the first one's outcome is unwritten"
+    );
+    assert_eq!(state_of(&db.pool, first).await.as_deref(), Some("running"));
+    lock.rollback().await.unwrap();
+    wait_for(Duration::from_secs(10), "both jobs completed", || async {
+        count(&db.pool, "SELECT count(*) FROM jobs_completed").await == 2
+    })
+    .await;
+    shutdown.cancel();
+    pool.await.unwrap();
+}

@@ -4,6 +4,7 @@
 mod completer;
 mod context;
 mod heartbeat;
+mod slots;
 mod wake;
 
 use std::collections::{HashMap, HashSet};
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -24,6 +25,7 @@ use crate::job::{Failure, LeasedJob};
 use crate::queue::{JobRef, Queue};
 use completer::Completer;
 use heartbeat::{Batch, Liveness};
+use slots::{Slot, Slots};
 
 /// Handlers by job kind.
 #[derive(Clone, Default)]
@@ -52,7 +54,8 @@ impl Registry {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct WorkerConfig {
-    /// Jobs run at once.
+    /// Handlers run at once. As many jobs again may be leased whose handler has returned and whose outcome is
+    /// still being written (see `slots.rs`).
     pub concurrency: usize,
     /// The most jobs one lease statement claims.
     pub batch: usize,
@@ -171,13 +174,13 @@ async fn fetch_loop(
     shutdown: &CancellationToken,
 ) {
     let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
-    let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
+    let slots = Slots::new(config.concurrency);
     let mut db_backoff = Duration::from_millis(100);
     loop {
         let first = tokio::select! {
             biased;
             _ = shutdown.cancelled() => return,
-            permit = slots.clone().acquire_owned() => permit.expect("the slot semaphore is never closed"),
+            slot = slots.acquire() => slot,
         };
         let mut permits = vec![first];
         take_free_slots(&slots, &mut permits, config.batch);
@@ -245,7 +248,7 @@ fn spawn_batch(
     shared: &Arc<Shared>,
     jobs: Vec<LeasedJob>,
     leased_at: Instant,
-    permits: &mut Vec<OwnedSemaphorePermit>,
+    permits: &mut Vec<Slot>,
     tracker: &TaskTracker,
 ) {
     if jobs.is_empty() {
@@ -300,11 +303,11 @@ fn outcome_label(result: &HandlerResult, lost: bool) -> &'static str {
     }
 }
 
-fn take_free_slots(slots: &Arc<Semaphore>, permits: &mut Vec<OwnedSemaphorePermit>, batch: usize) {
+fn take_free_slots(slots: &Slots, permits: &mut Vec<Slot>, batch: usize) {
     while permits.len() < batch.max(1) {
-        match slots.clone().try_acquire_owned() {
-            Ok(p) => permits.push(p),
-            Err(_) => break,
+        match slots.try_acquire() {
+            Some(slot) => permits.push(slot),
+            None => break,
         }
     }
 }
@@ -314,7 +317,7 @@ async fn run_job(
     job: LeasedJob,
     liveness: Arc<Liveness>,
     batch: Arc<Batch>,
-    _slot: OwnedSemaphorePermit,
+    mut slot: Slot,
 ) {
     let job_ref = job.job_ref();
     let span = tracing::info_span!("job", job_id = job.id, kind = %job.kind, fence = job.fence, attempt = job.attempts);
@@ -344,6 +347,7 @@ async fn run_job(
         ),
     };
     let elapsed = started.elapsed();
+    slot.handler_returned();
     racklift_metrics::global()
         .job_duration
         .with_label_values(&[job_ref.kind, outcome_label(&result, liveness.is_lost())])
