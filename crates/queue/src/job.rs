@@ -108,7 +108,7 @@ pub struct BatchEnqueued {
 }
 
 /// A job as handed out by a lease. Every write its holder makes names the `fence`.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct LeasedJob {
     pub id: JobId,
     pub kind: String,

@@ -121,6 +121,25 @@ pub const LEASE_SQL: &str = "
     RETURNING j.id, j.kind, j.payload::text AS payload, j.priority, j.attempts, j.max_attempts, j.fence,
               j.resource_key, j.idempotency_key, j.created_at";
 
+/// Columns by position, in `LEASE_SQL`'s `RETURNING` order: a lease decodes hundreds of rows, and looking each
+/// column up by name was a visible part of the worker's profile.
+impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for LeasedJob {
+    fn from_row(row: &'r sqlx::postgres::PgRow) -> sqlx::Result<LeasedJob> {
+        Ok(LeasedJob {
+            id: row.try_get(0)?,
+            kind: row.try_get(1)?,
+            payload: row.try_get(2)?,
+            priority: row.try_get(3)?,
+            attempts: row.try_get(4)?,
+            max_attempts: row.try_get(5)?,
+            fence: row.try_get(6)?,
+            resource_key: row.try_get(7)?,
+            idempotency_key: row.try_get(8)?,
+            created_at: row.try_get(9)?,
+        })
+    }
+}
+
 pub(crate) async fn lease<'c>(
     conn: impl PgExecutor<'c>,
     kinds: &[&str],

@@ -26,8 +26,10 @@ pub(crate) struct Liveness {
     pub(crate) cancel: CancellationToken,
     /// Set before `cancel` fires, so the runner knows not to write an outcome.
     lost: AtomicBool,
-    /// Fired by the runner once the outcome is written; the heartbeat ends.
-    done: CancellationToken,
+    /// Set by the runner once the outcome is written; the heartbeat ends. A flag and a `Notify` rather than a
+    /// second cancellation token: every job sets it, and a token's cancel takes a lock that nothing here needs.
+    done: AtomicBool,
+    done_signal: Notify,
 }
 
 impl Liveness {
@@ -37,7 +39,8 @@ impl Liveness {
             lease,
             cancel: CancellationToken::new(),
             lost: AtomicBool::new(false),
-            done: CancellationToken::new(),
+            done: AtomicBool::new(false),
+            done_signal: Notify::new(),
         }
     }
 
@@ -56,7 +59,23 @@ impl Liveness {
 
     /// The outcome is written (or discarded): no more renewals.
     pub(crate) fn finish(&self) {
-        self.done.cancel();
+        self.done.store(true, Ordering::Release);
+        self.done_signal.notify_waiters();
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Resolves once [`Liveness::finish`] has run (at once if it already has).
+    async fn finished(&self) {
+        let signal = self.done_signal.notified();
+        tokio::pin!(signal);
+        // Registered before the flag is read, so a `finish` between the two still wakes this waiter.
+        signal.as_mut().enable();
+        if !self.is_done() {
+            signal.await;
+        }
     }
 }
 
@@ -95,7 +114,7 @@ pub(crate) async fn watch_batch(
         _ = tokio::time::sleep_until(first_renewal.into()) => {}
     }
     for job in jobs {
-        if !job.done.is_cancelled() {
+        if !job.is_done() {
             tracker.spawn(run(queue.clone(), job));
         }
     }
@@ -110,7 +129,7 @@ async fn run(queue: Queue, job: Arc<Liveness>) {
     let mut next = Instant::now();
     loop {
         tokio::select! {
-            _ = job.done.cancelled() => return,
+            _ = job.finished() => return,
             _ = tokio::time::sleep_until(next.into()) => {}
         }
         let sent = Instant::now();
@@ -120,7 +139,7 @@ async fn run(queue: Queue, job: Arc<Liveness>) {
                 next = sent + interval;
             }
             // The outcome was written while this renewal was in flight; nothing was lost.
-            Err(_) if job.done.is_cancelled() => return,
+            Err(_) if job.is_done() => return,
             // Every write that removes a running job is fenced, and the rescuer only takes leases that have run
             // out (the database's expiry is never before this clock's). With time left, the job was ended by its
             // own handler, in a transaction that committed while this renewal waited for the row: the handler is

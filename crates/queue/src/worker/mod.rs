@@ -257,10 +257,9 @@ fn spawn_batch(
     let ttl = shared.queue.config().lease_ttl;
     let batch = Batch::new(jobs.len());
     let mut watched = Vec::with_capacity(jobs.len());
-    let leases = &racklift_metrics::global().queue_leases;
+    count_leases(&jobs);
     for (job, permit) in jobs.into_iter().zip(permits.drain(..)) {
         let job_ref = job.job_ref();
-        leases.with_label_values(&[job_ref.kind]).inc();
         let liveness = Arc::new(Liveness::new(job_ref, LeaseClock::new(leased_at + ttl)));
         watched.push(liveness.clone());
         tracker.spawn(run_job(shared.clone(), job, liveness, batch.clone(), permit));
@@ -272,6 +271,19 @@ fn spawn_batch(
         leased_at + ttl / 3,
         tracker.clone(),
     ));
+}
+
+/// Counts a batch's leases per kind, one counter update per kind rather than per job.
+fn count_leases(jobs: &[LeasedJob]) {
+    let leases = &racklift_metrics::global().queue_leases;
+    let mut rest = jobs;
+    while let Some(first) = rest.first() {
+        let same = rest.iter().take_while(|j| j.kind == first.kind).count();
+        leases
+            .with_label_values(&[racklift_metrics::job_kind(&first.kind)])
+            .inc_by(same as u64);
+        rest = &rest[same..];
+    }
 }
 
 /// Creates this pool's per-kind counters at zero, so the first lease, loss or retry after a start is an increase
