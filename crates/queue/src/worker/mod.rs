@@ -65,7 +65,9 @@ pub struct WorkerConfig {
     pub rescue_interval: Duration,
     /// How often this pool purges completed jobs past their retention.
     pub purge_interval: Duration,
-    /// Completion statements in flight at once.
+    /// Completion statements in flight at once. One: since leasing no longer waits for completions (see
+    /// `slots.rs`), a second statement in flight only split the outcomes into smaller batches, which cost
+    /// PostgreSQL more per job (measured with `racklift bench queue --completer-flushes 1|2`).
     pub completer_flushes: usize,
     /// This pool's name in `jobs.leased_by`; defaults to host, process id and a random suffix.
     pub holder: String,
@@ -79,7 +81,7 @@ impl Default for WorkerConfig {
             poll_interval: Duration::from_secs(1),
             rescue_interval: Duration::from_secs(5),
             purge_interval: Duration::from_secs(60),
-            completer_flushes: 2,
+            completer_flushes: 1,
             holder: default_holder(),
         }
     }
