@@ -1,9 +1,11 @@
 //! The queue benchmark. Every figure comes from one run on one PostgreSQL, so they can be compared side by side
 //! on a noisy machine: the raw-SQL bound (racklift's own claim and complete statements and nothing else),
-//! racklift end to end with no-op handlers, apalis-postgres as a peer, idle pickup latency and worker RSS.
+//! racklift end to end with no-op handlers, apalis-postgres and graphile-worker as peers, idle pickup latency and
+//! worker RSS.
 
 pub mod e2e;
 pub mod fleet;
+pub mod graphile;
 mod latency;
 mod proc_stats;
 mod raw;
@@ -15,6 +17,7 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 
 pub use e2e::E2eRun;
+pub use graphile::{GraphilePeer, GraphileRun};
 pub use latency::Latency;
 pub use proc_stats::{CpuPerJob, Throughput};
 pub use racklift_bench_apalis::{ApalisRun, best_of as apalis_best_of, run as apalis_run};

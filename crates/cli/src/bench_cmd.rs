@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use racklift_bench::{BenchDb, CpuPerJob, E2eRun, Throughput, median};
+use racklift_bench::{BenchDb, CpuPerJob, E2eRun, GraphilePeer, GraphileRun, Throughput, median};
 use racklift_pgembed::EmbeddedPostgres;
 use racklift_queue::WorkerConfig;
 
@@ -17,7 +17,8 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum BenchCommand {
-    /// Queue throughput (raw-SQL bound, racklift, apalis-postgres), idle pickup latency and worker RSS.
+    /// Queue throughput (raw-SQL bound, racklift, apalis-postgres, graphile-worker), idle pickup latency and worker
+    /// RSS.
     Queue(QueueArgs),
     /// A simulated rack deployed at once by separate worker processes: wall time against the ideal, transactions
     /// per transition, CPU, RSS and dead letters.
@@ -83,6 +84,14 @@ struct QueueArgs {
     /// settings found on the 2-core machines (a wider grid: 1-16 workers x batch 10-2000).
     #[arg(long, value_delimiter = ',', default_value = "4x1000,8x1000,8x500")]
     apalis_grid: Vec<String>,
+    /// The graphile-worker peer's driver (Node.js; `ops/bench-queue` installs its dependency). When it is not
+    /// installed the peer is skipped with a line saying so.
+    #[arg(long, default_value = "crates/bench/peers/graphile-worker/bench.mjs")]
+    graphile_driver: PathBuf,
+    /// graphile-worker settings to try, as PROCESSESxCONCURRENCY (local queue 500, completion batch delay 0); the
+    /// best is reported. 2x24 is the setting of the reference figure (31.6k jobs/s on these machines).
+    #[arg(long, value_delimiter = ',', default_value = "2x24,4x24,2x50")]
+    graphile_grid: Vec<String>,
     /// Where the embedded benchmark database lives when DATABASE_URL is not set.
     #[arg(long, default_value = ".racklift/bench-postgres")]
     data_dir: PathBuf,
@@ -185,7 +194,17 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
     dbs.drop_db("racklift_bench_raw").await?;
     dbs.drop_db("racklift_bench_e2e").await?;
 
-    let grid = parse_grid(&args.apalis_grid)?;
+    let racklift_delete = rows[1].1;
+    let racklift_default = rows[3].1;
+    let versus = |peer: f64| {
+        format!(
+            "racklift/peer = {:.1}x DELETE, {:.1}x default",
+            racklift_delete / peer,
+            racklift_default / peer
+        )
+    };
+
+    let grid = parse_grid(&args.apalis_grid, "apalis grid cells look like 4x1000")?;
     let url = dbs.fresh_empty("racklift_bench_apalis").await?;
     let (best, _, tried) = racklift_bench::apalis_best_of(&url, args.jobs, &grid).await?;
     for (run, result) in &tried {
@@ -206,17 +225,35 @@ async fn queue_on(admin_url: &str, args: &QueueArgs) -> anyhow::Result<()> {
     }
     dbs.drop_db("racklift_bench_apalis").await?;
     let apalis = median(&mut apalis);
-    let racklift_delete = rows[1].1;
     rows.push((
         format!(
-            "apalis-postgres 1.0 at its best: {} workers x batch {}  (racklift/apalis = {:.1}x)",
+            "apalis-postgres 1.0 at its best: {} workers x batch {}  ({})",
             best.workers,
             best.batch,
-            racklift_delete / apalis
+            versus(apalis)
         ),
         apalis,
         None,
     ));
+
+    match GraphilePeer::find(&args.graphile_driver) {
+        Ok(peer) => {
+            let (best, runs) = graphile_best(&dbs, &peer, args).await?;
+            let (rate, cpu) = median_run(&runs);
+            rows.push((
+                format!(
+                    "graphile-worker 0.18 at its best: {} processes x {}, local queue {}  ({})",
+                    best.processes,
+                    best.concurrency,
+                    best.local_queue,
+                    versus(rate)
+                ),
+                rate,
+                Some(cpu),
+            ));
+        }
+        Err(why) => eprintln!("  graphile-worker peer skipped: {why}"),
+    }
 
     println!();
     println!("{:>12}  {:>21}  what", "jobs/s", "CPU us/job: own / PG");
@@ -260,13 +297,51 @@ fn median_run(runs: &[Throughput]) -> (f64, CpuPerJob) {
     (pick(|t| t.jobs_per_sec), cpu)
 }
 
-fn parse_grid(cells: &[String]) -> anyhow::Result<Vec<(usize, usize)>> {
+/// Runs every cell of the graphile-worker grid `reps` times, round robin so that the machine's slow and fast
+/// stretches fall on every cell alike, and returns the cell with the best median and its runs.
+async fn graphile_best(
+    dbs: &BenchDb,
+    peer: &GraphilePeer,
+    args: &QueueArgs,
+) -> anyhow::Result<(GraphileRun, Vec<Throughput>)> {
+    let cells: Vec<GraphileRun> = parse_grid(&args.graphile_grid, "graphile grid cells look like 2x24")?
+        .into_iter()
+        .map(|(processes, concurrency)| GraphileRun {
+            jobs: args.jobs,
+            processes,
+            concurrency,
+            local_queue: 500,
+        })
+        .collect();
+    let mut runs: Vec<Vec<Throughput>> = vec![Vec::new(); cells.len()];
+    for rep in 0..args.reps {
+        for (cell, runs) in cells.iter().zip(&mut runs) {
+            let url = dbs.fresh_empty("racklift_bench_graphile").await?;
+            let result = peer.run(&url, *cell).await?;
+            eprintln!(
+                "  rep {}/{}: graphile-worker {} processes x {}: {:.0}/s",
+                rep + 1,
+                args.reps,
+                cell.processes,
+                cell.concurrency,
+                result.jobs_per_sec
+            );
+            runs.push(result);
+        }
+    }
+    dbs.drop_db("racklift_bench_graphile").await?;
+    cells
+        .into_iter()
+        .zip(runs)
+        .max_by(|a, b| median_run(&a.1).0.total_cmp(&median_run(&b.1).0))
+        .context("the graphile grid is empty")
+}
+
+fn parse_grid(cells: &[String], shape: &'static str) -> anyhow::Result<Vec<(usize, usize)>> {
     cells
         .iter()
         .map(|cell| {
-            let (w, b) = cell
-                .split_once('x')
-                .context("apalis grid cells look like 4x1000")?;
+            let (w, b) = cell.split_once('x').context(shape)?;
             Ok((w.trim().parse()?, b.trim().parse()?))
         })
         .collect()
