@@ -72,6 +72,13 @@ async fn run(queue: Queue, mut rx: mpsc::Receiver<Request>, concurrent_flushes: 
     let flushes = Arc::new(Semaphore::new(concurrent_flushes));
     let mut in_flight = tokio::task::JoinSet::new();
     while let Some(first) = rx.recv().await {
+        // A free flush first, then the batch: whatever arrives while the last statement is in flight joins this
+        // batch. Collected the other way round, the batch would hold only what came in the same instant as
+        // `first`, and busy pools would alternate between full statements and statements of a few jobs, each
+        // paying for its own commit.
+        let Ok(permit) = flushes.clone().acquire_owned().await else {
+            break;
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -97,9 +104,6 @@ async fn run(queue: Queue, mut rx: mpsc::Receiver<Request>, concurrent_flushes: 
                 }
             }
         }
-        let Ok(permit) = flushes.clone().acquire_owned().await else {
-            break;
-        };
         let queue = queue.clone();
         in_flight.spawn(async move {
             let (snoozes, completions): (Vec<Request>, Vec<Request>) =
@@ -164,5 +168,99 @@ async fn write(queue: &Queue, batch: &[Request]) -> Result<Vec<JobId>, QueueErro
     } else {
         let jobs: Vec<(JobId, Fence)> = batch.iter().map(|r| (r.id, r.fence)).collect();
         queue.complete_many(&mut conn, &jobs).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use racklift_testdb::{TestDb, wait_for};
+
+    use super::*;
+    use crate::{NewJob, QueueConfig};
+
+    /// Hands one completion straight to the completer's channel; returns once it is in the channel.
+    async fn send(completer: &Completer, job: JobRef) -> oneshot::Receiver<bool> {
+        let (done, accepted) = oneshot::channel();
+        let request = Request {
+            id: job.id,
+            fence: job.fence,
+            kind: job.kind,
+            snooze: None,
+            done,
+        };
+        assert!(completer.tx.send(request).await.is_ok());
+        accepted
+    }
+
+    /// With one statement in flight, outcomes that arrive while it runs are written together in the next one, even
+    /// when the first of them arrived alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn outcomes_that_arrive_during_a_flush_share_the_next_statement() {
+        let db = TestDb::new().await;
+        let queue = Queue::new(db.pool.clone(), QueueConfig::default());
+        let mut conn = db.pool.acquire().await.unwrap();
+        for _ in 0..5 {
+            let job = NewJob::new("k", &serde_json::json!({})).unwrap();
+            queue.enqueue(&mut conn, &job).await.unwrap();
+        }
+        drop(conn);
+        let jobs: Vec<JobRef> = queue
+            .lease(&["k"], 5, "test")
+            .await
+            .unwrap()
+            .iter()
+            .map(|j| j.job_ref())
+            .collect();
+        assert_eq!(jobs.len(), 5);
+        let (completer, task) = Completer::start(queue.clone(), 1);
+
+        // The first completion waits on a row lock, so its statement stays in flight.
+        let mut lock = db.pool.begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
+            .bind(jobs[0].id)
+            .execute(&mut *lock)
+            .await
+            .unwrap();
+        let mut answers = vec![send(&completer, jobs[0]).await];
+        wait_for(Duration::from_secs(10), "the first completion to wait on the row lock", || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM jobs%'",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            waiting == 1
+        })
+        .await;
+        // The second arrives alone and is taken off the channel; the other three come after it.
+        answers.push(send(&completer, jobs[1]).await);
+        let capacity = completer.tx.max_capacity();
+        wait_for(
+            Duration::from_secs(10),
+            "the completer to take the second outcome",
+            || async { completer.tx.capacity() == capacity },
+        )
+        .await;
+        for job in &jobs[2..] {
+            answers.push(send(&completer, *job).await);
+        }
+        lock.rollback().await.unwrap();
+        for answer in answers {
+            assert_eq!(answer.await, Ok(true));
+        }
+        drop(completer);
+        task.await.unwrap();
+
+        // One transaction stamps one `now()`: the four later completions were one statement.
+        let ids: Vec<JobId> = jobs[1..].iter().map(|j| j.id).collect();
+        let statements: i64 =
+            sqlx::query_scalar("SELECT count(DISTINCT finished_at) FROM jobs_completed WHERE id = ANY($1)")
+                .bind(&ids)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(statements, 1);
     }
 }
