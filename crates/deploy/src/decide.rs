@@ -514,22 +514,21 @@ fn decide_wait(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step {
                 },
             }
         }
-        WaitEval::Pending | WaitEval::PendingCatch => {
-            let changed = next != *m;
-            let poll = now
-                + if eval == WaitEval::PendingCatch {
-                    cfg.catch_poll()
-                } else {
-                    cfg.poll()
-                };
-            let until = timeout_at.map_or(poll, |at| at.min(poll));
-            Step {
-                machine: next,
-                changed,
-                transition: None,
-                decision: Decision::Snooze { until },
-            }
-        }
+        WaitEval::Pending => poll_again(next, m, now + cfg.poll(), timeout_at),
+        WaitEval::PendingCatch => poll_again(next, m, now + cfg.catch_poll(), timeout_at),
+    }
+}
+
+/// Still waiting: look again at `poll`, or at the wait's deadline if that comes first.
+fn poll_again(next: Machine, m: &Machine, poll: Time, timeout_at: Option<Time>) -> Step {
+    let changed = next != *m;
+    Step {
+        machine: next,
+        changed,
+        transition: None,
+        decision: Decision::Snooze {
+            until: timeout_at.map_or(poll, |at| at.min(poll)),
+        },
     }
 }
 
