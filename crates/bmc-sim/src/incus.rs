@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::bmc::Bmc;
 use crate::driver;
-use crate::machine::OsPhase;
+use crate::machine::{MemberOperation, OsPhase};
 use crate::reply;
 
 fn sync(metadata: Value) -> Response {
@@ -55,19 +55,25 @@ pub async fn handle(bmc: &Arc<Bmc>, method: &Method, rel: &str, body: &[u8]) -> 
             "environment": {"server_name": bmc.name, "server_clustered": true, "os_name": "IncusOS"},
         })),
         (&Method::GET, ["1.0", "cluster", "members", member]) => {
-            let status = bmc.machine().os.member_status.clone();
+            let status = {
+                let mut m = bmc.machine();
+                m.os.settle_member(Instant::now());
+                m.os.member_status.clone()
+            };
             sync(json!({"server_name": member, "status": status, "message": ""}))
         }
         (&Method::POST, ["1.0", "cluster", "members", _member, "state"]) => member_state(bmc, body),
         (&Method::GET, ["1.0", "operations", id, rest @ ..]) => {
-            let done_at = bmc.machine().os.operations.get(*id).copied();
-            let Some(done_at) = done_at else {
+            let op = bmc.machine().os.operations.get(*id).copied();
+            let Some(op) = op else {
                 return err(StatusCode::NOT_FOUND, "operation not found");
             };
             if rest == ["wait"] {
-                tokio::time::sleep_until(done_at.into()).await;
+                tokio::time::sleep_until(op.done_at.into()).await;
             }
-            sync(operation(id, Instant::now() < done_at))
+            let now = Instant::now();
+            bmc.machine().os.settle_member(now);
+            sync(operation(id, now < op.done_at))
         }
         (&Method::GET, ["os", "1.0"]) => {
             let m = bmc.machine();
@@ -116,7 +122,14 @@ fn member_state(bmc: &Arc<Bmc>, body: &[u8]) -> Response {
     {
         let mut m = bmc.machine();
         m.os.member_status = during.to_owned();
-        m.os.operations.insert(id.clone(), Instant::now() + duration);
+        m.os.operations.insert(
+            id.clone(),
+            MemberOperation {
+                done_at: Instant::now() + duration,
+                during,
+                after,
+            },
+        );
     }
     let task_bmc = bmc.clone();
     tokio::spawn(async move {

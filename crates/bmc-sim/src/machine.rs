@@ -129,9 +129,29 @@ pub struct OsState {
     pub available_version: Option<String>,
     /// `Online`, `Evacuating`, `Evacuated`, `Restoring`.
     pub member_status: String,
-    /// Incus operations: id → when it completes.
+    /// Incus operations by id.
     #[serde(skip)]
-    pub operations: BTreeMap<String, Instant>,
+    pub operations: BTreeMap<String, MemberOperation>,
+}
+
+/// An evacuate or restore: the member is `during` until `done_at`, then `after`.
+#[derive(Debug, Clone, Copy)]
+pub struct MemberOperation {
+    pub done_at: Instant,
+    pub during: &'static str,
+    pub after: &'static str,
+}
+
+impl OsState {
+    /// Applies the member status of every operation that has finished by `now`. Reads settle first, so an
+    /// operation reported `Success` is never followed by a member still `during` it, whichever timer fires first.
+    pub fn settle_member(&mut self, now: Instant) {
+        for op in self.operations.values() {
+            if now >= op.done_at && self.member_status == op.during {
+                self.member_status = op.after.to_owned();
+            }
+        }
+    }
 }
 
 /// Counters exposed in the truth view.
