@@ -225,6 +225,18 @@ pub async fn create_image(
     if !std::path::Path::new(&i.path).is_absolute() {
         return Err(ApiError::invalid("path", "must be an absolute path"));
     }
+    if let Some(dir) = &state.config.images_dir
+        && !crate::media::inside(dir, std::path::Path::new(&i.path))
+    {
+        return Err(ApiError::unprocessable(
+            "outside_images_dir",
+            "path",
+            format!(
+                "images must be files inside the images directory {}",
+                dir.display()
+            ),
+        ));
+    }
     if i.size_bytes < 0 {
         return Err(ApiError::invalid("size_bytes", "must not be negative"));
     }

@@ -19,6 +19,8 @@ pub struct RackServer {
     pub name: String,
     pub bmc_url: String,
     pub vendor: String,
+    /// The BMC certificate's pin (`cert-sha256:…`) when the rack serves https with self-signed certificates.
+    pub bmc_cert_pin: Option<String>,
 }
 
 /// What was created.
@@ -75,8 +77,10 @@ pub async fn seed_catalog(
                 bmc_address: s.bmc_url.clone(),
                 bmc_username: username.to_owned(),
                 bmc_password_ref: Some(password_ref.to_owned()),
-                bmc_cert_pin: None,
+                bmc_cert_pin: s.bmc_cert_pin.clone(),
                 bmc_insecure: false,
+                // A plain-http simulated rack is on loopback (tests, benchmarks); `racklift up` serves https.
+                allow_plain_http: s.bmc_url.starts_with("http://"),
                 vendor_hint: Some(s.vendor.clone()),
             })
             .await;
@@ -91,6 +95,8 @@ pub async fn seed_catalog(
                             bmc_address: Some(s.bmc_url.clone()),
                             bmc_username: Some(username.to_owned()),
                             bmc_password_ref: Some(password_ref.to_owned()),
+                            bmc_cert_pin: s.bmc_cert_pin.clone(),
+                            allow_plain_http: Some(s.bmc_url.starts_with("http://")),
                             ..ServerUpdate::default()
                         },
                     )

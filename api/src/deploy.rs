@@ -48,6 +48,8 @@ struct DeployRequest {
 struct CancelRequest {
     #[serde(default)]
     skip_cleanup: bool,
+    /// Why the operator cancels, kept in the server's event log. Optional: older clients send none.
+    reason: Option<String>,
 }
 
 /// `POST /1.0/provisioning/servers/{name}/:{action}`: the spec's spelling, same actions.
@@ -417,18 +419,27 @@ fn resolve_profiles(profiles: &[BiosProfile]) -> (BiosPlan, SecureBootPlan) {
 /// any slot. Only a BMC with no virtual media at all is rejected.
 async fn select_slot(state: &AppState, server: &Server, device: Option<&str>) -> Result<MediaSlot, ApiError> {
     use racklift_workers::bmc_access::{AccessError, client_for};
-    let client = client_for(server, state.config.bmc_read_timeout).map_err(|e| match e {
-        AccessError::NotConfigured { .. } => {
-            ApiError::unprocessable("bmc_not_configured", "bmc_address", e.to_string())
-        }
-        AccessError::BadPin { .. } => {
-            ApiError::unprocessable("bmc_cert_pin_invalid", "bmc_cert_pin", e.to_string())
-        }
-        AccessError::BadReference { .. } | AccessError::Unreadable { .. } => {
-            ApiError::unprocessable("bmc_password_unreadable", "bmc_password_ref", e.to_string())
-        }
-        AccessError::Client { .. } => ApiError::unprocessable("bmc_client", "bmc_address", format!("{e:#}")),
-    })?;
+    let client =
+        client_for(server, state.config.bmc_read_timeout, &state.config.bmc_access).map_err(|e| match e {
+            AccessError::NotConfigured { .. } => {
+                ApiError::unprocessable("bmc_not_configured", "bmc_address", e.to_string())
+            }
+            AccessError::BadPin { .. } => {
+                ApiError::unprocessable("bmc_cert_pin_invalid", "bmc_cert_pin", e.to_string())
+            }
+            AccessError::BadReference { .. } | AccessError::Unreadable { .. } => {
+                ApiError::unprocessable("bmc_password_unreadable", "bmc_password_ref", e.to_string())
+            }
+            AccessError::OutsideSecretsDir { .. } => {
+                ApiError::unprocessable("outside_secrets_dir", "bmc_password_ref", e.to_string())
+            }
+            AccessError::PlainHttp { .. } => {
+                ApiError::unprocessable("plain_http_bmc", "bmc_address", e.to_string())
+            }
+            AccessError::Client { .. } => {
+                ApiError::unprocessable("bmc_client", "bmc_address", format!("{e:#}"))
+            }
+        })?;
     let no_media = || {
         ApiError::unprocessable(
             "no_virtual_media",
@@ -489,6 +500,11 @@ async fn cancel(
     name: &str,
     req: CancelRequest,
 ) -> Result<Response, ApiError> {
+    // Given, it must say something, like every other reason the API records.
+    let reason = req
+        .reason
+        .map(|r| crate::triage::reason("reason", Some(r)))
+        .transpose()?;
     state.store.server(name).await.map_err(not_found_as(
         "server_not_found",
         StatusCode::NOT_FOUND,
@@ -496,7 +512,13 @@ async fn cancel(
     ))?;
     let record = state
         .store
-        .request_cancel(&state.queue, name, req.skip_cleanup, caller.name())
+        .request_cancel(
+            &state.queue,
+            name,
+            req.skip_cleanup,
+            reason.as_deref(),
+            caller.name(),
+        )
         .await
         .map_err(not_found_as(
             "no_running_deployment",
@@ -507,6 +529,7 @@ async fn cancel(
         server = name,
         deployment_id = record.id,
         skip_cleanup = req.skip_cleanup,
+        reason = reason.as_deref(),
         by = caller.name(),
         "cancel requested"
     );

@@ -59,6 +59,10 @@ pub struct ApiConfig {
     pub body_limit_bytes: usize,
     /// Deadline of the BMC read made by the deploy pre-flight check.
     pub bmc_read_timeout: Duration,
+    /// How BMCs are reached (CA bundle, secrets directory): the pre-flight reads the BMC as a worker would.
+    pub bmc_access: racklift_workers::bmc_access::AccessPolicy,
+    /// When set, catalog images must live inside this directory (checked when registered and when served).
+    pub images_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ApiConfig {
@@ -68,6 +72,8 @@ impl Default for ApiConfig {
             media: MediaConfig::default(),
             body_limit_bytes: 1024 * 1024,
             bmc_read_timeout: Duration::from_secs(30),
+            bmc_access: Default::default(),
+            images_dir: None,
         }
     }
 }

@@ -97,6 +97,14 @@ pub async fn flush_loop(state: AppState, shutdown: CancellationToken) {
     }
 }
 
+/// Whether `path` is an existing file inside `dir` once symbolic links are resolved.
+pub(crate) fn inside(dir: &std::path::Path, path: &std::path::Path) -> bool {
+    match (std::fs::canonicalize(dir), std::fs::canonicalize(path)) {
+        (Ok(dir), Ok(path)) => path.starts_with(dir) && path.is_file(),
+        _ => false,
+    }
+}
+
 fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such media")
 }
@@ -154,6 +162,13 @@ pub async fn serve_media(
 ) -> Result<Response, ApiError> {
     let target = state.store.media_target(&secret).await?.ok_or_else(not_found)?;
     if target.finished {
+        return Err(not_found());
+    }
+    // The images directory may have been set after the image was registered: nothing outside it is served.
+    if let Some(dir) = &state.config.images_dir
+        && !inside(dir, std::path::Path::new(&target.path))
+    {
+        tracing::error!(deployment_id = target.deployment_id, path = %target.path, "image outside the images directory; not served");
         return Err(not_found());
     }
     let size = tokio::fs::metadata(&target.path)

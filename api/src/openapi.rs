@@ -97,7 +97,11 @@ pub const PATHS: &[(&str, &[Operation])] = &[
     ),
     (
         "/1.0/provisioning/servers/{name}:cancel-deploy",
-        &[("post", "operator", "Cancel the running deployment")],
+        &[(
+            "post",
+            "operator",
+            "Cancel the running deployment; optional body {skip_cleanup, reason}, the reason kept in the event log",
+        )],
     ),
     (
         "/1.0/provisioning/servers/{name}:power",

@@ -22,6 +22,7 @@ pub fn server_view(s: &Server) -> Value {
         "bmc_username": s.bmc_username,
         "bmc_cert_pin": s.bmc_cert_pin,
         "bmc_insecure": s.bmc_insecure,
+        "allow_plain_http": s.allow_plain_http,
         "vendor_hint": s.vendor_hint,
         "status": s.status.as_str(),
         "status_detail": s.status_detail,
@@ -68,6 +69,7 @@ pub async fn deployment_view(store: &Store, d: &DeploymentRecord) -> Result<Valu
 }
 
 fn check_bmc_fields(
+    state: &AppState,
     address: Option<&str>,
     password_ref: Option<&str>,
     pin: Option<&str>,
@@ -77,9 +79,42 @@ fn check_bmc_fields(
     }
     if let Some(p) = password_ref {
         validate::password_ref("bmc_password_ref", p)?;
+        let policy = &state.config.bmc_access;
+        if !policy.allows_reference(p) {
+            let dir = policy
+                .secrets_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default();
+            return Err(ApiError::unprocessable(
+                "outside_secrets_dir",
+                "bmc_password_ref",
+                format!("file references must point inside the secrets directory {dir}"),
+            ));
+        }
     }
     if let Some(p) = pin {
         validate::cert_pin("bmc_cert_pin", p)?;
+    }
+    Ok(())
+}
+
+/// An `http://` BMC gets its password in the clear: 422 naming `bmc_address` unless the server explicitly
+/// allows it.
+fn check_plain_http(address: &str, allowed: bool) -> Result<(), ApiError> {
+    if address
+        .get(..7)
+        .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+        && !allowed
+    {
+        return Err(ApiError::unprocessable(
+            "plain_http_bmc",
+            "bmc_address",
+            format!(
+                "{address:?} is plain http://, so the BMC password would cross the network in the clear: use \
+                 https:// (with bmc_cert_pin for a self-signed certificate), or set allow_plain_http: true for \
+                 this server"
+            ),
+        ));
     }
     Ok(())
 }
@@ -98,10 +133,12 @@ pub async fn create(
     caller.require(Role::Admin)?;
     validate::name("name", &new.name)?;
     check_bmc_fields(
+        &state,
         Some(&new.bmc_address),
         new.bmc_password_ref.as_deref(),
         new.bmc_cert_pin.as_deref(),
     )?;
+    check_plain_http(&new.bmc_address, new.allow_plain_http)?;
     let server = state
         .store
         .create_server(&new)
@@ -153,10 +190,18 @@ pub async fn update(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Role::Admin)?;
     check_bmc_fields(
+        &state,
         u.bmc_address.as_deref(),
         u.bmc_password_ref.as_deref(),
         u.bmc_cert_pin.as_deref(),
     )?;
+    if u.bmc_address.is_some() || u.allow_plain_http.is_some() {
+        let current = state.store.server(&name).await.map_err(server_not_found)?;
+        check_plain_http(
+            u.bmc_address.as_deref().unwrap_or(&current.bmc_address),
+            u.allow_plain_http.unwrap_or(current.allow_plain_http),
+        )?;
+    }
     let server = state
         .store
         .update_server(&name, &u)

@@ -345,7 +345,7 @@ fn triage_error(e: TriageError) -> ApiError {
 }
 
 /// A required free-text field: who reads the audit later needs to know why.
-fn reason(field: &str, v: Option<String>) -> Result<String, ApiError> {
+pub(crate) fn reason(field: &str, v: Option<String>) -> Result<String, ApiError> {
     match v.as_deref().map(str::trim) {
         None | Some("") => Err(ApiError::invalid(field, "is required: say why")),
         Some(r) if r.len() > MAX_REASON => Err(ApiError::invalid(

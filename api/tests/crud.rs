@@ -130,6 +130,7 @@ async fn catalog_round_trip_and_validation() {
         )
         .await;
     assert_eq!((s, v["bmc_username"].as_str()), (200, Some("admin")));
+    plain_http_needs_explicit_consent(&api).await;
     let (s, v) = api.call(Method::GET, "/1.0/servers/s1", VIEWER, None).await;
     assert_eq!(s, 200);
     assert_eq!(v["status"], "unregistered");
@@ -312,4 +313,61 @@ async fn registration_needs_a_valid_token() {
     let (s, _) = common::read(r.send().await.unwrap()).await;
     assert_eq!(s, 403);
     api.stop().await;
+}
+
+/// A plain `http://` BMC address would carry the password in the clear: refused naming `bmc_address` unless the
+/// server sets `allow_plain_http`, on create and on every change that would make it plain.
+async fn plain_http_needs_explicit_consent(api: &Api) {
+    let plain = json!({ "name": "plain1", "bmc_address": "http://10.0.0.2", "bmc_username": "root",
+                        "bmc_password_ref": "env:S1_PASSWORD" });
+    let (s, v) = api
+        .call(Method::POST, "/1.0/servers", ADMIN, Some(plain.clone()))
+        .await;
+    assert_eq!(
+        (s, code(&v), field(&v)),
+        (422, "plain_http_bmc", Some("bmc_address")),
+        "{v}"
+    );
+    let (s, _) = api.call(Method::GET, "/1.0/servers/plain1", VIEWER, None).await;
+    assert_eq!(s, 404, "a refused server is not stored");
+
+    let mut allowed = plain;
+    allowed["allow_plain_http"] = json!(true);
+    let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(allowed)).await;
+    assert_eq!((s, v["allow_plain_http"].as_bool()), (201, Some(true)), "{v}");
+    // Withdrawing the consent while the address is still plain is refused too.
+    let (s, v) = api
+        .call(
+            Method::PATCH,
+            "/1.0/servers/plain1",
+            ADMIN,
+            Some(json!({ "allow_plain_http": false })),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (422, Some("bmc_address")), "{v}");
+    // Moving a server without consent to http:// is refused; to https:// it is fine.
+    let (s, v) = api
+        .call(
+            Method::PATCH,
+            "/1.0/servers/s1",
+            ADMIN,
+            Some(json!({ "bmc_address": "HTTP://10.0.0.1" })),
+        )
+        .await;
+    assert_eq!(
+        (s, code(&v), field(&v)),
+        (422, "plain_http_bmc", Some("bmc_address")),
+        "{v}"
+    );
+    let (s, v) = api
+        .call(
+            Method::PATCH,
+            "/1.0/servers/plain1",
+            ADMIN,
+            Some(json!({ "bmc_address": "https://10.0.0.2", "allow_plain_http": false })),
+        )
+        .await;
+    assert_eq!((s, v["allow_plain_http"].as_bool()), (200, Some(false)), "{v}");
+    let (s, _) = api.call(Method::DELETE, "/1.0/servers/plain1", ADMIN, None).await;
+    assert_eq!(s, 204);
 }

@@ -102,6 +102,7 @@ impl Rack {
                 name: sim.name(i).to_owned(),
                 bmc_url: sim.bmc_url(i),
                 vendor: sim.personality(i).as_str().to_owned(),
+                bmc_cert_pin: None,
             })
             .collect();
         let catalog = demo::seed_catalog(

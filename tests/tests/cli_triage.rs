@@ -9,21 +9,12 @@ use racklift_bmc_sim::{Faults, Personality, PersonalityChoice};
 use racklift_deploy::State;
 use racklift_store::Role;
 use racklift_testdb::wait_for;
-use racklift_tests::cli::{command, describe, empty_home, racklift};
+use racklift_tests::cli::{command, describe, empty_home, json_out, racklift, stdout};
 use racklift_tests::rack::Rack;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const VIEWER: &str = "cli-viewer-secret-0123456789";
-
-fn stdout(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn json_out(out: &std::process::Output) -> Value {
-    assert!(out.status.success(), "{}", describe(out));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", describe(out)))
-}
 
 async fn open_dead_letters(rack: &Rack, operation: &str) -> Vec<i64> {
     sqlx::query_scalar(

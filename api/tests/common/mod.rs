@@ -27,6 +27,15 @@ pub struct Api {
 
 impl Api {
     pub async fn start() -> Api {
+        Api::start_with(ApiConfig {
+            bmc_read_timeout: Duration::from_secs(10),
+            ..ApiConfig::default()
+        })
+        .await
+    }
+
+    /// As [`Api::start`], with `config`.
+    pub async fn start_with(config: ApiConfig) -> Api {
         let db = TestDb::new().await;
         let store = Store::new(db.pool.clone());
         let queue = Queue::new(db.pool.clone(), QueueConfig::default());
@@ -37,10 +46,6 @@ impl Api {
         ] {
             store.put_api_token(name, secret, role).await.expect("api token");
         }
-        let config = ApiConfig {
-            bmc_read_timeout: Duration::from_secs(10),
-            ..ApiConfig::default()
-        };
         let state = AppState::new(store.clone(), queue, config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
@@ -134,7 +139,8 @@ pub fn password_file(password: &str) -> String {
 pub async fn catalog(api: &Api, sim: &SimHandle, image_len: usize) -> (String, String) {
     let (user, pass) = sim.credentials();
     let server = json!({ "name": "node1", "bmc_address": sim.bmc_url(0), "bmc_username": user,
-                         "bmc_password_ref": password_file(pass), "vendor_hint": "generic" });
+                         "bmc_password_ref": password_file(pass), "vendor_hint": "generic",
+                         "allow_plain_http": true });
     let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(server)).await;
     assert_eq!(s, 201, "{v}");
     let expires = (chrono::Utc::now() + chrono::TimeDelta::days(2)).to_rfc3339();

@@ -110,6 +110,7 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
             name: sim.name(i).to_owned(),
             bmc_url: sim.bmc_url(i),
             vendor: sim.personality(i).as_str().to_owned(),
+            bmc_cert_pin: None,
         })
         .collect();
     let catalog = demo::seed_catalog(
@@ -350,7 +351,8 @@ fn spawn_worker(
         .env("DATABASE_URL", url)
         // Several workers run at once: each serves metrics on a free port rather than all on the default.
         .env("RACKLIFT_METRICS_LISTEN", "127.0.0.1:0")
-        .env("RUST_LOG", "warn")
+        // The simulated rack is plain http:// on loopback: its every-use warning would bury the run's output.
+        .env("RUST_LOG", "warn,racklift_workers::bmc_access=error")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)

@@ -1,45 +1,43 @@
-//! `racklift api`: the API alone (operators, registration, installation media, `/metrics`) against DATABASE_URL,
-//! as ops/systemd and ops/kubernetes run it, separately from the workers. SIGINT or SIGTERM stops it gracefully:
-//! in-flight requests finish and the media ranges served so far are written.
+//! `racklift api`: the API alone (operators, registration, installation media, `/metrics`) against the configured
+//! database, as ops/systemd and ops/kubernetes run it, separately from the workers. SIGINT or SIGTERM stops it
+//! gracefully: in-flight requests finish and the media ranges served so far are written.
 
 use std::net::SocketAddr;
 
 use anyhow::Context;
-use racklift_api::{ApiConfig, AppState};
+use racklift_api::AppState;
 use racklift_queue::{Queue, QueueConfig};
 use racklift_store::Store;
 
-use crate::{db, worker_cmd};
+use crate::{db, settings, worker_cmd};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Address of the API, the installation media and `/metrics`.
-    #[arg(long, env = "RACKLIFT_API_LISTEN", default_value = "127.0.0.1:7878")]
-    listen: SocketAddr,
+    /// Address of the API, the installation media and `/metrics` [api.listen; RACKLIFT_API_LISTEN].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
     /// Deployment timing for simulated hardware at this time scale (as `racklift worker --sim-time-scale`); the
-    /// API checks token validity and caps media ranges with it. Real hardware timing when absent.
+    /// API checks token validity and caps media ranges with it. Real hardware timing when absent
+    /// [simulation.time_scale].
     #[arg(long)]
     sim_time_scale: Option<f64>,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let pool = db::connect(&db::require_database_url()?, 16).await?;
+    let settings = settings::load(None, |s| {
+        s.flag("api.listen", args.listen.map(|a| a.to_string()))
+            .flag("simulation.time_scale", args.sim_time_scale);
+    })?;
+    let access = settings::access_policy(&settings)?;
+    let pool = db::connect_configured(&settings).await?;
     db::migrate(&pool).await?;
-    let deploy = match args.sim_time_scale {
-        Some(scale) => racklift_deploy::Config::for_simulation(scale),
-        None => racklift_deploy::Config::default(),
-    };
-    deploy.validate()?;
-    let listener = bind(args.listen).await?;
+    let listener = bind(settings.api.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, "API listening");
     let state = AppState::new(
         Store::new(pool.clone()),
         // The API enqueues, revokes and wakes jobs; it never leases, so the queue's lease settings do not apply.
         Queue::new(pool.clone(), QueueConfig::default()),
-        ApiConfig {
-            deploy,
-            ..ApiConfig::default()
-        },
+        settings::api_config(&settings, access),
     );
     let shutdown = worker_cmd::shutdown_on_signal();
     racklift_api::serve(listener, state, shutdown).await?;
@@ -47,9 +45,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The API's listening socket; a taken port says which flag picks another.
+/// The API's listening socket; a taken port says which setting picks another.
 pub async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| format!("binding the API to {listen} (use --listen to pick another)"))
+        .with_context(|| format!("binding the API to {listen} (use --listen or api.listen to pick another)"))
 }

@@ -85,6 +85,16 @@ impl Client {
         self.send(Method::POST, path, |r| configure(r.json(body))).await
     }
 
+    /// `PUT {base}{path}` with a JSON body.
+    pub async fn put(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.send(Method::PUT, path, |r| r.json(body)).await
+    }
+
+    /// `DELETE {base}{path}`; the API answers 204, read as `null`.
+    pub async fn delete(&self, path: &str) -> Result<Value, ClientError> {
+        self.send(Method::DELETE, path, |r| r).await
+    }
+
     async fn send(
         &self,
         method: Method,

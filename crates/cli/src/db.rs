@@ -1,10 +1,11 @@
-//! Finding the database: `DATABASE_URL` when set (read from the environment only, never a flag, because it
-//! carries a password), otherwise the embedded server.
+//! Finding the database: `DATABASE_URL` or racklift.toml's `database.url_file` (never a flag or a key of its own,
+//! because it carries a password), otherwise, for `racklift up`, the embedded server.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use racklift_config::Settings;
 use racklift_pgembed::EmbeddedPostgres;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -44,20 +45,36 @@ pub fn db_command(args: DbArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `DATABASE_URL` alone: the benchmarks create databases of their own on that server and read no racklift.toml.
 pub fn database_url_from_env() -> Option<String> {
     std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty())
 }
 
+/// The configured database URL (`DATABASE_URL` or `database.url_file`), or what to do about its absence.
 pub fn require_database_url() -> anyhow::Result<String> {
-    database_url_from_env().context(
-        "DATABASE_URL is not set: set it to a PostgreSQL URL, or use `racklift up`, which embeds one",
-    )
+    crate::settings::database_url(&crate::settings::load(None, |_| {})?)
 }
 
+/// A pool on `url` of at most `max_connections`.
 pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
+    connect_with(url, max_connections, Duration::from_secs(30)).await
+}
+
+/// A pool on the configured database, sized and timed by `[database]`.
+pub async fn connect_configured(settings: &Settings) -> anyhow::Result<PgPool> {
+    let url = crate::settings::database_url(settings)?;
+    connect_with(
+        &url,
+        settings.database.max_connections,
+        Duration::from_secs(settings.database.acquire_timeout_secs),
+    )
+    .await
+}
+
+async fn connect_with(url: &str, max_connections: u32, acquire_timeout: Duration) -> anyhow::Result<PgPool> {
     PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(30))
+        .acquire_timeout(acquire_timeout)
         .connect(url)
         .await
         .context("cannot connect to PostgreSQL")

@@ -1,13 +1,16 @@
-//! `racklift server …`: operator commands against a running API, so listing, inspecting, deploying, canceling
-//! and ad-hoc power and media actions do not need curl and hand-written JSON.
+//! `racklift server …`: operator commands against a running API, so adding, listing, inspecting, deploying,
+//! canceling and ad-hoc power and media actions do not need curl and hand-written JSON. The bulk forms of deploy
+//! and cancel (`--all`) are in `bulk`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use indicatif::{HumanBytes, HumanDuration, ProgressBar, ProgressStyle};
+use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::bulk;
 use crate::client::{ApiArgs, Client, ClientError};
 use crate::output::{key_values, print_json, table, text, truncate};
 
@@ -21,6 +24,16 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum ServerCommand {
+    /// Add a server to the catalog with its BMC's address and credentials.
+    Add(AddArgs),
+    /// Remove a server without a running deployment from the catalog.
+    Remove {
+        /// The server's name.
+        name: String,
+        /// Print the API's answer (`null`: it has no body) instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
     /// List the servers with their status and newest deployment's state.
     List {
         /// Print the API's JSON instead of a table.
@@ -35,16 +48,10 @@ enum ServerCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Deploy IncusOS to a server.
+    /// Deploy IncusOS to a server, or with --all to every server the filters match.
     Deploy(DeployArgs),
-    /// Cancel the server's running deployment.
-    Cancel {
-        /// The server's name.
-        name: String,
-        /// Stop at once, leaving the media attached and the power as it is.
-        #[arg(long)]
-        skip_cleanup: bool,
-    },
+    /// Cancel the server's running deployment, or with --all the running deployments the filters match.
+    Cancel(CancelArgs),
     /// Power the server on, off or cycle it through its BMC (a job, run when no deployment step holds the
     /// server).
     Power {
@@ -55,6 +62,9 @@ enum ServerCommand {
         /// Makes a retried request answer with the original job instead of enqueueing another.
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
+        /// Print the API's JSON instead of a sentence.
+        #[arg(long)]
+        json: bool,
     },
     /// Insert an image into the server's virtual media, or eject it (a job, like power).
     Media {
@@ -68,7 +78,69 @@ enum ServerCommand {
         /// Makes a retried request answer with the original job instead of enqueueing another.
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
+        /// Print the API's JSON instead of a sentence.
+        #[arg(long)]
+        json: bool,
     },
+}
+
+#[derive(clap::Args)]
+struct AddArgs {
+    /// The server's name: lower-case letters, digits, '.', '_', '-'.
+    name: String,
+    /// The BMC's Redfish address, e.g. https://10.0.0.5.
+    #[arg(long, value_name = "URL")]
+    bmc_address: String,
+    /// The BMC user racklift logs in as.
+    #[arg(long, value_name = "USER")]
+    bmc_username: String,
+    /// Where the API reads the BMC password on its own host: env:NAME or file:PATH. Never the password itself:
+    /// a flag value ends up in process listings and shell histories.
+    #[arg(long, value_name = "env:NAME|file:PATH", value_parser = password_ref)]
+    bmc_password_ref: String,
+    /// The SHA-256 pin of the BMC's (self-signed) certificate.
+    #[arg(long, value_name = "SHA256")]
+    bmc_cert_pin: Option<String>,
+    /// Accept any BMC certificate (prefer --bmc-cert-pin).
+    #[arg(long)]
+    bmc_insecure: bool,
+    /// The BMC's vendor (dell, hpe, lenovo, supermicro, generic): BIOS profiles match on it.
+    #[arg(long, value_name = "VENDOR")]
+    vendor_hint: Option<String>,
+    /// Allow an http:// BMC address, whose password would cross the network in clear text.
+    #[arg(long)]
+    allow_plain_http: bool,
+    /// Print the API's JSON instead of key: value lines.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `POST /1.0/servers`. Optional fields are left out rather than sent as null so the API's defaults apply;
+/// `allow_plain_http` only when asked for, which an API that predates it accepts as well.
+#[derive(Serialize)]
+struct NewServerBody<'a> {
+    name: &'a str,
+    bmc_address: &'a str,
+    bmc_username: &'a str,
+    bmc_password_ref: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bmc_cert_pin: Option<&'a str>,
+    bmc_insecure: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vendor_hint: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    allow_plain_http: bool,
+}
+
+/// Refuses anything that is not a reference before it leaves this machine: a password typed here by mistake
+/// must not reach the API, nor its logs.
+fn password_ref(s: &str) -> Result<String, String> {
+    match s.split_once(':') {
+        Some(("env" | "file", rest)) if !rest.is_empty() => Ok(s.to_owned()),
+        _ => Err(
+            "must be env:NAME or file:PATH, a reference to the password, never the password itself".into(),
+        ),
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -86,8 +158,11 @@ enum MediaAction {
 
 #[derive(clap::Args)]
 struct DeployArgs {
-    /// The server's name.
-    name: String,
+    /// The server's name (or --all).
+    #[arg(required_unless_present = "all", conflicts_with_all = ["all", "filter", "yes"])]
+    name: Option<String>,
+    #[command(flatten)]
+    selection: bulk::Selection,
     /// The provisioning token (a UUID) the installed OS registers with.
     #[arg(long, value_name = "UUID")]
     token: String,
@@ -100,31 +175,79 @@ struct DeployArgs {
     /// Leave the UEFI key databases alone (for BMCs that cannot modify them through Redfish).
     #[arg(long)]
     skip_secure_boot_certificates: bool,
-    /// Makes a retried request answer with the original deployment instead of "deployment running".
+    /// Makes a retried request answer with the original deployment instead of "deployment running" (keys are
+    /// per server, so one key makes a whole --all run safe to retry).
     #[arg(long, value_name = "KEY")]
     idempotency_key: Option<String>,
     /// Follow the deployment until it finishes; exit 0 only if it completed.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "all")]
     wait: bool,
+    /// With --all: deploy without asking first.
+    #[arg(long)]
+    yes: bool,
+    /// Print the API's JSON instead of a sentence (with --all, an array of each server's answer or error).
+    #[arg(long, conflicts_with = "wait")]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct CancelArgs {
+    /// The server's name (or --all).
+    #[arg(required_unless_present = "all", conflicts_with_all = ["all", "filter"])]
+    name: Option<String>,
+    #[command(flatten)]
+    selection: bulk::Selection,
+    /// Stop at once, leaving the media attached and the power as it is.
+    #[arg(long)]
+    skip_cleanup: bool,
+    /// Why, kept in each server's event log; required with --all, where it is all that explains the cancels
+    /// later.
+    #[arg(long, value_name = "TEXT", required_if_eq("all", "true"))]
+    reason: Option<String>,
+    /// Print the API's JSON instead of a sentence (with --all, an array of each server's answer or error).
+    #[arg(long)]
+    json: bool,
+}
+
+/// The body of `…:deploy`, the same for every server of a bulk deploy.
+#[derive(Serialize)]
+struct DeployBody {
+    token: String,
+    seed: String,
+    force: bool,
+    skip_secure_boot_certificates: bool,
+}
+
+/// The body of `…:cancel-deploy`.
+#[derive(Serialize)]
+struct CancelBody {
+    skip_cleanup: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 /// How often `--wait` polls: often enough that the spinner's state name keeps up with the short states.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
-/// At most this many `GET /servers/{name}` requests are in flight while `list` fills in deployment states.
-const LIST_CONCURRENCY: usize = 8;
+/// At most this many `GET /servers/{name}` requests are in flight while `list` fills in deployment states, and
+/// at most this many calls while a bulk deploy or cancel runs: enough to be quick, few enough not to crowd the
+/// API (a deploy's pre-flight talks to the BMC).
+pub(crate) const LIST_CONCURRENCY: usize = 8;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = args.api.client()?;
     match args.command {
+        ServerCommand::Add(add_args) => add(&client, add_args).await,
+        ServerCommand::Remove { name, json } => remove(&client, &name, json).await,
         ServerCommand::List { json } => list(&client, json).await,
         ServerCommand::Show { name, json } => show(&client, &name, json).await,
         ServerCommand::Deploy(deploy_args) => deploy(&client, deploy_args).await,
-        ServerCommand::Cancel { name, skip_cleanup } => cancel(&client, &name, skip_cleanup).await,
+        ServerCommand::Cancel(cancel_args) => cancel(&client, cancel_args).await,
         ServerCommand::Power {
             name,
             action,
             idempotency_key,
+            json,
         } => {
             let action = match action {
                 PowerAction::On => "on",
@@ -132,19 +255,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 PowerAction::Cycle => "cycle",
             };
             let body = json!({ "action": action });
-            bmc_action(&client, &name, "power", &body, idempotency_key).await
+            bmc_action(&client, &name, "power", &body, idempotency_key, json).await
         }
         ServerCommand::Media {
             name,
             action,
             image_url,
             idempotency_key,
+            json,
         } => {
             let body = match action {
                 MediaAction::Insert => json!({ "action": "insert", "image_url": image_url }),
                 MediaAction::Eject => json!({ "action": "eject" }),
             };
-            bmc_action(&client, &name, "media", &body, idempotency_key).await
+            bmc_action(&client, &name, "media", &body, idempotency_key, json).await
         }
     }
 }
@@ -156,6 +280,7 @@ async fn bmc_action(
     kind: &str,
     body: &Value,
     idempotency_key: Option<String>,
+    as_json: bool,
 ) -> anyhow::Result<()> {
     let path = format!("/1.0/provisioning/servers/{name}:{kind}");
     let job = client
@@ -164,6 +289,9 @@ async fn bmc_action(
             None => r,
         })
         .await?;
+    if as_json {
+        return print_json(&job);
+    }
     println!(
         "{name}: {kind} {} queued as job {}; follow it with: racklift events {name} --follow",
         text(&body["action"]),
@@ -177,22 +305,65 @@ fn server_path(name: &str) -> String {
     format!("/1.0/servers/{name}")
 }
 
+async fn add(client: &Client, args: AddArgs) -> anyhow::Result<()> {
+    let body = NewServerBody {
+        name: &args.name,
+        bmc_address: &args.bmc_address,
+        bmc_username: &args.bmc_username,
+        bmc_password_ref: &args.bmc_password_ref,
+        bmc_cert_pin: args.bmc_cert_pin.as_deref(),
+        bmc_insecure: args.bmc_insecure,
+        vendor_hint: args.vendor_hint.as_deref(),
+        allow_plain_http: args.allow_plain_http,
+    };
+    let server = client
+        .post("/1.0/servers", &serde_json::to_value(&body)?, |r| r)
+        .await?;
+    if args.json {
+        return print_json(&server);
+    }
+    print!(
+        "{}",
+        key_values(&[
+            ("name", text(&server["name"])),
+            ("status", text(&server["status"])),
+            ("bmc address", text(&server["bmc_address"])),
+            ("bmc username", text(&server["bmc_username"])),
+            ("bmc password", text(&server["bmc_password_ref"])),
+            ("bmc cert pin", text(&server["bmc_cert_pin"])),
+            ("bmc insecure", text(&server["bmc_insecure"])),
+            ("allow plain http", text(&server["allow_plain_http"])),
+            ("vendor hint", text(&server["vendor_hint"])),
+        ])
+    );
+    Ok(())
+}
+
+async fn remove(client: &Client, name: &str, as_json: bool) -> anyhow::Result<()> {
+    let answer = client.delete(&server_path(name)).await?;
+    if as_json {
+        return print_json(&answer);
+    }
+    println!("{name}: removed");
+    Ok(())
+}
+
 async fn list(client: &Client, as_json: bool) -> anyhow::Result<()> {
     let servers = client.get("/1.0/servers").await?;
     if as_json {
         return print_json(&servers);
     }
     let servers = servers.as_array().cloned().unwrap_or_default();
-    let states = deployment_states(client, &servers).await?;
+    let deployments = newest_deployments(client, &servers).await?;
     let rows: Vec<[String; 4]> = servers
         .iter()
-        .zip(states)
-        .map(|(s, state)| {
+        .zip(deployments)
+        .map(|(s, d)| {
             [
                 text(&s["name"]),
                 text(&s["status"]),
                 truncate(&text(&s["status_detail"]), 48),
-                state,
+                text(&d["state"]),
             ]
         })
         .collect();
@@ -203,9 +374,9 @@ async fn list(client: &Client, as_json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The newest deployment's state of each server, `-` when it has none. The list endpoint leaves deployments
-/// out, so each server is fetched, a few at a time.
-async fn deployment_states(client: &Client, servers: &[Value]) -> anyhow::Result<Vec<String>> {
+/// The newest deployment of each server of a `/1.0/servers` list, null when it has none. The list endpoint
+/// leaves deployments out, so each server is fetched, a few at a time.
+pub(crate) async fn newest_deployments(client: &Client, servers: &[Value]) -> anyhow::Result<Vec<Value>> {
     let limit = Arc::new(tokio::sync::Semaphore::new(LIST_CONCURRENCY));
     let mut tasks = tokio::task::JoinSet::new();
     for (i, s) in servers.iter().enumerate() {
@@ -215,17 +386,17 @@ async fn deployment_states(client: &Client, servers: &[Value]) -> anyhow::Result
             (i, client.get(&server_path(&name)).await)
         });
     }
-    let mut states = vec!["-".to_owned(); servers.len()];
+    let mut deployments = vec![Value::Null; servers.len()];
     while let Some(joined) = tasks.join_next().await {
         let (i, shown) = joined?;
         match shown {
-            Ok(v) => states[i] = text(&v["deployment"]["state"]),
+            Ok(mut v) => deployments[i] = v["deployment"].take(),
             // Deleted since the list was read: nothing to show, not a reason to fail the listing.
             Err(ClientError::Other(_)) => {}
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(states)
+    Ok(deployments)
 }
 
 async fn show(client: &Client, name: &str, as_json: bool) -> anyhow::Result<()> {
@@ -257,32 +428,59 @@ async fn show(client: &Client, name: &str, as_json: bool) -> anyhow::Result<()> 
     Ok(())
 }
 
-async fn deploy(client: &Client, args: DeployArgs) -> anyhow::Result<()> {
-    let body = json!({
-        "token": args.token,
-        "seed": args.seed,
-        "force": args.force,
-        "skip_secure_boot_certificates": args.skip_secure_boot_certificates,
-    });
-    let path = format!("/1.0/provisioning/servers/{}:deploy", args.name);
-    let key = args.idempotency_key.clone();
-    let deployment = client
-        .post(&path, &body, |r| match key {
+/// `POST …/{name}:deploy`, one server's share of a single or bulk deploy.
+pub(crate) async fn post_deploy(
+    client: &Client,
+    name: &str,
+    body: &Value,
+    key: Option<String>,
+) -> Result<Value, ClientError> {
+    let path = format!("/1.0/provisioning/servers/{name}:deploy");
+    client
+        .post(&path, body, |r| match key {
             Some(key) => r.header("Idempotency-Key", key),
             None => r,
         })
-        .await?;
-    println!(
-        "{}: deployment {} accepted (state {})",
-        args.name,
+        .await
+}
+
+/// The line a deploy the API accepted is reported with.
+pub(crate) fn deploy_accepted(name: &str, deployment: &Value) -> String {
+    format!(
+        "{name}: deployment {} accepted (state {})",
         text(&deployment["id"]),
         text(&deployment["state"])
-    );
+    )
+}
+
+async fn deploy(client: &Client, args: DeployArgs) -> anyhow::Result<()> {
+    let body = serde_json::to_value(DeployBody {
+        token: args.token,
+        seed: args.seed,
+        force: args.force,
+        skip_secure_boot_certificates: args.skip_secure_boot_certificates,
+    })?;
+    let Some(name) = args.name else {
+        return bulk::deploy(
+            client,
+            &args.selection,
+            body,
+            args.idempotency_key,
+            args.yes,
+            args.json,
+        )
+        .await;
+    };
+    let deployment = post_deploy(client, &name, &body, args.idempotency_key).await?;
+    if args.json {
+        return print_json(&deployment);
+    }
+    println!("{}", deploy_accepted(&name, &deployment));
     if !args.wait {
-        println!("follow it with: racklift server show {}", args.name);
+        println!("follow it with: racklift server show {name}");
         return Ok(());
     }
-    wait(client, &args.name, &deployment["id"]).await
+    wait(client, &name, &deployment["id"]).await
 }
 
 /// Polls the server until deployment `id` has finished, with a spinner showing its state; Ctrl-C stops only
@@ -339,16 +537,39 @@ async fn wait(client: &Client, name: &str, id: &Value) -> anyhow::Result<()> {
     bail!("{name}: deployment {id} ended {state}, not Completed")
 }
 
-async fn cancel(client: &Client, name: &str, skip_cleanup: bool) -> anyhow::Result<()> {
+/// `POST …/{name}:cancel-deploy`, one server's share of a single or bulk cancel.
+pub(crate) async fn post_cancel(client: &Client, name: &str, body: &Value) -> Result<Value, ClientError> {
     let path = format!("/1.0/provisioning/servers/{name}:cancel-deploy");
-    let deployment = client
-        .post(&path, &json!({ "skip_cleanup": skip_cleanup }), |r| r)
-        .await?;
-    println!(
+    client.post(&path, body, |r| r).await
+}
+
+/// The line a cancel the API accepted is reported with.
+pub(crate) fn cancel_requested(name: &str, deployment: &Value) -> String {
+    format!(
         "{name}: cancel requested for deployment {} (state {})",
         text(&deployment["id"]),
         text(&deployment["state"])
-    );
+    )
+}
+
+async fn cancel(client: &Client, args: CancelArgs) -> anyhow::Result<()> {
+    if let Some(reason) = &args.reason
+        && reason.trim().is_empty()
+    {
+        bail!("--reason is empty: say why the deployments are canceled");
+    }
+    let body = serde_json::to_value(CancelBody {
+        skip_cleanup: args.skip_cleanup,
+        reason: args.reason,
+    })?;
+    let Some(name) = args.name else {
+        return bulk::cancel(client, &args.selection, body, args.json).await;
+    };
+    let deployment = post_cancel(client, &name, &body).await?;
+    if args.json {
+        return print_json(&deployment);
+    }
+    println!("{}", cancel_requested(&name, &deployment));
     Ok(())
 }
 

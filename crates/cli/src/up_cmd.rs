@@ -1,85 +1,179 @@
 //! `racklift up`: the whole system on one machine — embedded PostgreSQL, the API with its media server, a worker
 //! pool and a simulated rack whose BMCs are registered as servers — until Ctrl-C.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use racklift_api::AppState;
 use racklift_api::demo::{self, RackServer};
-use racklift_api::{ApiConfig, AppState};
 use racklift_bmc_sim::{PersonalityChoice, Sim, SimConfig};
+use racklift_config::Settings;
 use racklift_pgembed::EmbeddedPostgres;
 use racklift_queue::{Queue, WorkerPool};
 use racklift_store::Store;
 use racklift_workers::DeployStep;
+use racklift_workers::bmc_access::AccessPolicy;
 use tokio_util::sync::CancellationToken;
 
-use crate::{db, worker_cmd};
+use crate::{db, settings, up_demo, worker_cmd};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Where the embedded database, the generated image and the simulator's secrets live.
-    #[arg(long, default_value = ".racklift")]
-    data_dir: PathBuf,
-    /// Address of the API (and the installation media it serves).
-    #[arg(long, default_value = "127.0.0.1:7878")]
-    listen: SocketAddr,
+    /// Where the embedded database, the generated image, the simulator's secret and the demo's log live
+    /// [paths.data_dir; default .racklift]. As root, the database moves under /var/lib/racklift when the
+    /// `postgres` user cannot reach this directory.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address of the API (and the installation media it serves) [api.listen].
+    #[arg(long)]
+    listen: Option<SocketAddr>,
     /// Simulated servers in the rack (mixed vendor personalities).
     #[arg(long, default_value_t = 8)]
     servers: usize,
-    /// Simulated hardware time scale: 0.01 makes a 25-minute install take 15 s.
-    #[arg(long, default_value_t = 0.01)]
-    time_scale: f64,
-    /// Deploy the whole rack at once and show one progress bar per server until each is deployed or failed.
+    /// Simulated hardware time scale: 0.01 makes a 25-minute install take 15 s [simulation.time_scale; default
+    /// 0.01].
+    #[arg(long)]
+    time_scale: Option<f64>,
+    /// Deploy the whole rack at once and show one line per server until each is deployed or failed; on a
+    /// terminal the logs go to a file (named at start) so they do not cross the table.
     #[arg(long)]
     demo: bool,
     #[command(flatten)]
     pool: worker_cmd::PoolArgs,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let (url, embedded) = match db::database_url_from_env() {
-        Some(url) => (url, None),
+/// The simulated rack's time scale when nothing else sets one.
+const DEFAULT_TIME_SCALE: f64 = 0.01;
+
+fn settings(args: &Args) -> anyhow::Result<Settings> {
+    settings::load(Some(DEFAULT_TIME_SCALE), |s| {
+        args.pool.apply(s);
+        s.flag(
+            "paths.data_dir",
+            args.data_dir.as_ref().map(|d| d.display().to_string()),
+        )
+        .flag("api.listen", args.listen.map(|a| a.to_string()))
+        .flag("simulation.time_scale", args.time_scale);
+    })
+}
+
+/// Where the logs go instead of the terminal: with `--demo` on a terminal the live table owns the screen.
+pub fn log_file(args: &Args) -> anyhow::Result<Option<PathBuf>> {
+    if !(args.demo && std::io::stdout().is_terminal()) {
+        return Ok(None);
+    }
+    let dir = settings(args)?.paths.data_dir;
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(Some(std::path::absolute(dir.join("racklift.log"))?))
+}
+
+pub async fn run(args: Args, log_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let settings = settings(&args)?;
+    let access = settings::access_policy(&settings)?;
+    // Installed before the embedded server starts, so no signal can leave it running: a second signal exits
+    // without draining, after stopping the server whose directory is known by then.
+    let started: Arc<Mutex<Option<PathBuf>>> = Arc::default();
+    let shutdown = worker_cmd::shutdown_on_signal_then({
+        let started = started.clone();
+        move || {
+            if let Some(root) = started.lock().unwrap_or_else(|e| e.into_inner()).as_deref() {
+                let _ = EmbeddedPostgres::stop_dir(root);
+            }
+        }
+    });
+    let embedded = match &settings.database.url {
+        Some(_) => None,
         None => {
-            let pg = EmbeddedPostgres::start(&args.data_dir.join("postgres"))?;
-            db::ensure_embedded_database(&pg).await?;
-            (pg.url(), Some(pg))
+            let pg = EmbeddedPostgres::start(&settings.paths.data_dir.join("postgres"))?;
+            *started.lock().unwrap_or_else(|e| e.into_inner()) = Some(pg.root().to_owned());
+            if let Err(e) = db::ensure_embedded_database(&pg).await {
+                let _ = pg.stop();
+                return Err(e);
+            }
+            Some(pg)
         }
     };
-    let result = serve(&url, &args, embedded.is_some()).await;
+    let url = match &embedded {
+        Some(pg) => pg.url(),
+        None => settings::database_url(&settings)?,
+    };
+    let up = Up {
+        args: &args,
+        settings: &settings,
+        access,
+        embedded: embedded.as_ref(),
+        log_file: log_file.as_deref(),
+        shutdown,
+    };
+    let result = serve(up, &url).await;
     if let Some(pg) = embedded {
         pg.stop()?;
     }
     result
 }
 
-async fn serve(url: &str, args: &Args, embedded: bool) -> anyhow::Result<()> {
-    let pool = db::connect(url, 32).await?;
+/// What `serve` needs besides the database URL.
+struct Up<'a> {
+    args: &'a Args,
+    settings: &'a Settings,
+    access: AccessPolicy,
+    embedded: Option<&'a EmbeddedPostgres>,
+    log_file: Option<&'a Path>,
+    shutdown: CancellationToken,
+}
+
+async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
+    let Up {
+        args,
+        settings,
+        access,
+        embedded,
+        log_file,
+        shutdown,
+    } = up;
+    let time_scale = settings.simulation.time_scale.unwrap_or(DEFAULT_TIME_SCALE);
+    // The API and the worker pool share this one pool: room for both roles' connections.
+    let pool = db::connect(url, settings.database.max_connections.saturating_mul(2)).await?;
     db::migrate(&pool).await?;
     let store = Store::new(pool.clone());
-    let queue = Queue::new(pool.clone(), args.pool.queue_config());
-    let deploy_config = racklift_deploy::Config::for_simulation(args.time_scale);
+    let queue = Queue::new(pool.clone(), settings::queue_config(settings));
+    let deploy_config = settings.deploy.clone();
 
-    let sim_config = SimConfig::for_deployments(args.servers, PersonalityChoice::Mix, args.time_scale);
+    // The rack serves https with a self-signed certificate, pinned per server, as a careful operator would set
+    // up a real BMC: no password crosses even the loopback in the clear.
+    let sim_config =
+        SimConfig::for_deployments(args.servers, PersonalityChoice::Mix, time_scale).with_tls(true);
     let sim = Sim::start(sim_config)
         .await
         .context("starting the simulated rack")?;
-    let secrets = args.data_dir.join("sim");
+    // The simulated BMCs' password and the generated image go where the configuration confines them, if it does.
+    let sim_dir = settings.paths.data_dir.join("sim");
+    let secrets = settings
+        .paths
+        .secrets_dir
+        .clone()
+        .unwrap_or_else(|| sim_dir.clone());
+    let images = settings.paths.images_dir.clone().unwrap_or(sim_dir);
     std::fs::create_dir_all(&secrets)?;
+    std::fs::create_dir_all(&images)?;
     let password_file = secrets.join("bmc-password");
     write_private(&password_file, sim.credentials().1)?;
     let image_size = 16 * 1024 * 1024;
-    let (image_path, sha256) = demo::generate_image(&secrets, image_size)?;
-    let listener = crate::api_cmd::bind(args.listen).await?;
+    let (image_path, sha256) = demo::generate_image(&images, image_size)?;
+    let listener = crate::api_cmd::bind(settings.api.listen).await?;
     let api_url = format!("http://{}", listener.local_addr()?);
+    let pin = sim
+        .cert_der()
+        .map(|der| racklift_redfish::Pin::cert_of(der).to_string());
     let rack: Vec<RackServer> = (0..sim.len())
         .map(|i| RackServer {
             name: sim.name(i).to_owned(),
             bmc_url: sim.bmc_url(i),
             vendor: sim.personality(i).as_str().to_owned(),
+            bmc_cert_pin: pin.clone(),
         })
         .collect();
     let password_ref = format!("file:{}", std::fs::canonicalize(&password_file)?.display());
@@ -93,56 +187,77 @@ async fn serve(url: &str, args: &Args, embedded: bool) -> anyhow::Result<()> {
     )
     .await?;
 
-    let shutdown = worker_cmd::shutdown_on_signal();
     let state = AppState::new(
         store.clone(),
         queue.clone(),
-        ApiConfig {
-            deploy: deploy_config.clone(),
-            ..ApiConfig::default()
-        },
+        settings::api_config(settings, access.clone()),
     );
     let api = tokio::spawn(racklift_api::serve(listener, state, shutdown.clone()));
     let step = DeployStep {
         store: store.clone(),
         config: Arc::new(deploy_config),
         certificates: Arc::new(Default::default()),
-        clients: Default::default(),
+        clients: racklift_workers::bmc_access::ClientCache::new(access),
     };
     let workers = tokio::spawn(
         WorkerPool::new(
             queue.clone(),
             racklift_workers::full_registry(step),
-            args.pool.worker_config(),
+            settings::worker_config(settings),
         )
         .run(shutdown.clone()),
     );
 
-    let where_from = if embedded {
-        "embedded PostgreSQL"
-    } else {
-        "DATABASE_URL"
-    };
-    println!("racklift is up (database: {where_from}).");
+    match embedded {
+        Some(pg) => {
+            println!(
+                "racklift is up (database: embedded PostgreSQL in {}).",
+                pg.root().display()
+            );
+            if let Some(from) = pg.relocated_from() {
+                println!(
+                    "  (the postgres user cannot reach {}, so the database lives in the directory above)",
+                    from.display()
+                );
+            }
+        }
+        None => println!(
+            "racklift is up (database: {}).",
+            settings
+                .database
+                .url
+                .as_ref()
+                .map(|u| u.source())
+                .unwrap_or("DATABASE_URL")
+        ),
+    }
     println!("  API:            {api_url}/1.0  (OpenAPI: {api_url}/1.0/openapi.json)");
     println!("  simulated rack: {} servers at {}", sim.len(), sim.base_url());
     println!("  admin token:    export RACKLIFT_TOKEN={}", catalog.admin_token);
-    println!("Try:");
-    println!("  curl -s -H \"Authorization: Bearer $RACKLIFT_TOKEN\" {api_url}/1.0/servers");
+    if let Some(log) = log_file {
+        println!("  logs:           {}", log.display());
+    }
     println!(
-        "  curl -s -X POST -H \"Authorization: Bearer $RACKLIFT_TOKEN\" -d '{{\"token\":\"{}\",\"seed\":\"{}\"}}' \\\n       {api_url}/1.0/provisioning/servers/{}:deploy",
+        "Try, in another terminal with the racklift binary on PATH (target/release after cargo run --release):"
+    );
+    println!("  export RACKLIFT_TOKEN=...   # the admin token above");
+    println!("  racklift server list");
+    println!(
+        "  racklift server deploy {} --token {} --seed {} --wait",
+        sim.name(0),
         catalog.token,
-        catalog.seed,
-        sim.name(0)
+        catalog.seed
     );
     println!(
-        "  curl -s -H \"Authorization: Bearer $RACKLIFT_TOKEN\" {api_url}/1.0/servers/{}",
-        sim.name(0)
+        "  racklift server deploy --all --filter vendor=hpe --filter vendor=lenovo --skip-secure-boot-certificates \\\n      --token {} --seed {} --yes   # BMCs whose key databases Redfish cannot write",
+        catalog.token, catalog.seed
     );
+    println!("  racklift events {} --follow", sim.name(0));
+    println!("  curl -s -H \"Authorization: Bearer $RACKLIFT_TOKEN\" {api_url}/1.0/servers");
     println!("Press Ctrl-C to stop (in-flight jobs finish first).");
 
     if args.demo {
-        demo_deploy(&api_url, &catalog, &rack, &store, &shutdown).await?;
+        up_demo::deploy_rack(&api_url, &catalog, &rack, &store, &shutdown).await?;
     }
     shutdown.cancelled().await;
     let _ = workers.await;
@@ -150,76 +265,6 @@ async fn serve(url: &str, args: &Args, embedded: bool) -> anyhow::Result<()> {
     sim.shutdown().await;
     pool.close().await;
     Ok(())
-}
-
-/// Deploys every server through the API and draws one bar per server until each has finished.
-async fn demo_deploy(
-    api_url: &str,
-    catalog: &demo::DemoCatalog,
-    rack: &[RackServer],
-    store: &Store,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
-    let http = reqwest_client()?;
-    let names: Vec<String> = rack.iter().map(|s| s.name.clone()).collect();
-    for server in rack {
-        let name = &server.name;
-        let response = http
-            .post(format!("{api_url}/1.0/provisioning/servers/{name}:deploy"))
-            .bearer_auth(&catalog.admin_token)
-            .json(&demo::deploy_request(catalog, &server.vendor))
-            .send()
-            .await?;
-        if !response.status().is_success() {
-            anyhow::bail!("deploying {name} was refused: {}", response.text().await?);
-        }
-    }
-    let bars = MultiProgress::new();
-    let style = ProgressStyle::with_template("{prefix:>10} {spinner} [{elapsed_precise}] {wide_msg}")?;
-    let tracked: Vec<(String, ProgressBar)> = names
-        .iter()
-        .map(|n| {
-            let bar = bars.add(ProgressBar::new_spinner().with_style(style.clone()));
-            bar.set_prefix(n.clone());
-            bar.enable_steady_tick(Duration::from_millis(200));
-            (n.clone(), bar)
-        })
-        .collect();
-    let mut open = tracked.len();
-    while open > 0 && !shutdown.is_cancelled() {
-        open = 0;
-        for (name, bar) in &tracked {
-            if bar.is_finished() {
-                continue;
-            }
-            match store.latest_deployment(name).await? {
-                Some(d) if d.is_finished() => {
-                    let m = &d.deployment.machine;
-                    let how = match &m.failure {
-                        Some(f) => format!("{} in {} ({:?})", m.state.name(), f.state.name(), f.cause),
-                        None => m.state.name().to_owned(),
-                    };
-                    bar.finish_with_message(how);
-                }
-                Some(d) => {
-                    open += 1;
-                    bar.set_message(d.deployment.machine.state.name().to_owned());
-                }
-                None => open += 1,
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = tokio::time::sleep(Duration::from_millis(300)) => {}
-        }
-    }
-    Ok(())
-}
-
-fn reqwest_client() -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()?)
 }
 
 /// Writes a secret readable by this user only.

@@ -1,54 +1,48 @@
 //! `racklift worker`: one worker pool, until a signal, then a graceful drain, with `/metrics` served alongside.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use anyhow::Context;
-use racklift_queue::{Queue, QueueConfig, WorkerConfig, WorkerPool};
+use racklift_config::Sources;
+use racklift_queue::{Queue, WorkerPool};
 use racklift_store::Store;
 use tokio_util::sync::CancellationToken;
 
-use crate::db;
+use crate::{db, settings};
 
+/// A worker pool's flags; each, when given, wins over racklift.toml and the environment.
 #[derive(clap::Args, Clone)]
 pub struct PoolArgs {
-    /// Jobs run at once.
-    #[arg(long, default_value_t = 100)]
-    pub concurrency: usize,
-    /// The most jobs one lease claims.
-    #[arg(long, default_value_t = 100)]
-    pub batch: usize,
-    /// Lease time to live in milliseconds (heartbeats every third of it).
-    #[arg(long, default_value_t = 30_000)]
-    pub lease_ttl_ms: u64,
-    /// How often to look for expired leases, in milliseconds.
-    #[arg(long, default_value_t = 5_000)]
-    pub rescue_interval_ms: u64,
-    /// Fallback poll interval in milliseconds (notifications wake the pool sooner).
-    #[arg(long, default_value_t = 1_000)]
-    pub poll_interval_ms: u64,
-    /// Keep completed jobs this many seconds (0 deletes them on completion).
-    #[arg(long, default_value_t = 86_400)]
-    pub completed_retention_s: u64,
+    /// Jobs run at once [worker.concurrency].
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// The most jobs one lease claims [worker.batch].
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Lease time to live in milliseconds; heartbeats every third of it [queue.lease_ttl_ms].
+    #[arg(long)]
+    pub lease_ttl_ms: Option<u64>,
+    /// How often to look for expired leases, in milliseconds [worker.rescue_interval_ms].
+    #[arg(long)]
+    pub rescue_interval_ms: Option<u64>,
+    /// Fallback poll interval in milliseconds; notifications wake the pool sooner [worker.poll_interval_ms].
+    #[arg(long)]
+    pub poll_interval_ms: Option<u64>,
+    /// Keep completed jobs this many seconds; 0 deletes them on completion [queue.completed_retention_secs].
+    #[arg(long, alias = "completed-retention-s")]
+    pub completed_retention_secs: Option<u64>,
 }
 
 impl PoolArgs {
-    pub fn queue_config(&self) -> QueueConfig {
-        QueueConfig {
-            lease_ttl: Duration::from_millis(self.lease_ttl_ms),
-            completed_retention: Duration::from_secs(self.completed_retention_s),
-            ..QueueConfig::default()
-        }
-    }
-
-    pub fn worker_config(&self) -> WorkerConfig {
-        WorkerConfig {
-            concurrency: self.concurrency,
-            batch: self.batch,
-            poll_interval: Duration::from_millis(self.poll_interval_ms),
-            rescue_interval: Duration::from_millis(self.rescue_interval_ms),
-            ..WorkerConfig::default()
-        }
+    /// Adds the flags that were given to the configuration's sources.
+    pub fn apply(&self, sources: &mut Sources) {
+        sources
+            .flag("worker.concurrency", self.concurrency)
+            .flag("worker.batch", self.batch)
+            .flag("queue.lease_ttl_ms", self.lease_ttl_ms)
+            .flag("worker.rescue_interval_ms", self.rescue_interval_ms)
+            .flag("worker.poll_interval_ms", self.poll_interval_ms)
+            .flag("queue.completed_retention_secs", self.completed_retention_secs);
     }
 }
 
@@ -57,45 +51,49 @@ pub struct Args {
     #[command(flatten)]
     pool: PoolArgs,
     /// Deployment timing for simulated hardware at this time scale (as `racklift bmc-sim --time-scale`); real
-    /// hardware timing when absent.
+    /// hardware timing when absent [simulation.time_scale].
     #[arg(long)]
     sim_time_scale: Option<f64>,
     /// Where to serve Prometheus metrics (`GET /metrics`, also the probes' endpoint). Port 0 picks a free port.
-    /// Every worker on a host needs its own.
-    #[arg(long, env = "RACKLIFT_METRICS_LISTEN", default_value = "127.0.0.1:9187")]
-    metrics_listen: SocketAddr,
+    /// Every worker on a host needs its own [worker.metrics_listen; RACKLIFT_METRICS_LISTEN].
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    let settings = settings::load(None, |s| {
+        args.pool.apply(s);
+        s.flag("simulation.time_scale", args.sim_time_scale).flag(
+            "worker.metrics_listen",
+            args.metrics_listen.map(|a| a.to_string()),
+        );
+    })?;
+    let access = settings::access_policy(&settings)?;
+    let metrics_listen = settings.worker.metrics_listen;
     // Bound first: a worker whose metrics port is taken fails at once, before leasing anything, rather than
     // running unseen by Prometheus and the probes.
-    let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
+    let metrics_listener = tokio::net::TcpListener::bind(metrics_listen)
         .await
         .with_context(|| {
             format!(
-                "binding the metrics server to {} (set --metrics-listen or RACKLIFT_METRICS_LISTEN)",
-                args.metrics_listen
+                "binding the metrics server to {metrics_listen} (set --metrics-listen, RACKLIFT_METRICS_LISTEN or \
+                 worker.metrics_listen)"
             )
         })?;
-    let pool = db::connect(&db::require_database_url()?, 16).await?;
+    let pool = db::connect_configured(&settings).await?;
     db::migrate(&pool).await?;
-    let queue = Queue::new(pool.clone(), args.pool.queue_config());
-    let config = match args.sim_time_scale {
-        Some(scale) => racklift_deploy::Config::for_simulation(scale),
-        None => racklift_deploy::Config::default(),
-    };
-    config.validate()?;
+    let queue = Queue::new(pool.clone(), settings::queue_config(&settings));
     let store = Store::new(pool);
     let step = racklift_workers::DeployStep {
         store: store.clone(),
-        config: std::sync::Arc::new(config),
+        config: std::sync::Arc::new(settings.deploy.clone()),
         certificates: std::sync::Arc::new(Default::default()),
-        clients: Default::default(),
+        clients: racklift_workers::bmc_access::ClientCache::new(access),
     };
     let registry = racklift_workers::full_registry(step);
     let kinds = registry.kinds();
     // Built before the metrics server starts, so the first scrape already shows the pool's counters at zero.
-    let workers = WorkerPool::new(queue.clone(), registry, args.pool.worker_config());
+    let workers = WorkerPool::new(queue.clone(), registry, settings::worker_config(&settings));
     let metrics_stop = CancellationToken::new();
     let metrics = serve_metrics(metrics_listener, store, queue, kinds, &metrics_stop)?;
     workers.run(shutdown_on_signal()).await;
@@ -134,23 +132,33 @@ fn serve_metrics(
     )))
 }
 
-/// A token that fires on the first SIGINT or SIGTERM; a second signal exits at once.
+/// A token that fires on the first SIGINT, SIGTERM or SIGHUP (the terminal closed); a second signal exits at once.
 pub fn shutdown_on_signal() -> CancellationToken {
+    shutdown_on_signal_then(|| {})
+}
+
+/// As [`shutdown_on_signal`]; `before_exit` runs before a second signal ends the process, for what must not
+/// outlive it (`racklift up`'s embedded PostgreSQL).
+pub fn shutdown_on_signal_then(before_exit: impl Fn() + Send + 'static) -> CancellationToken {
+    use tokio::signal::unix::{SignalKind, signal};
     let token = CancellationToken::new();
     let fire = token.clone();
     tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing a SIGTERM handler");
+        let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+        let mut hangup = signal(SignalKind::hangup()).expect("installing a SIGHUP handler");
         for round in 0.. {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
+                _ = hangup.recv() => {}
             }
             if round == 0 {
-                tracing::info!("shutting down: finishing in-flight jobs (signal again to exit at once)");
+                // Cancelled before anything is written: the terminal may be gone.
                 fire.cancel();
+                tracing::info!("shutting down: finishing in-flight jobs (signal again to exit at once)");
             } else {
                 tracing::warn!("second signal: exiting without draining");
+                before_exit();
                 std::process::exit(130);
             }
         }

@@ -60,8 +60,6 @@ pub struct Config {
     pub settle_delay_secs: u64,
     /// "Run until blocked" budget per deployment per lease.
     pub max_transitions_per_tick: u32,
-    /// Deployments a worker advances in parallel.
-    pub control_loop_concurrency: u32,
     /// Deadline of the BMC calls of one attempt.
     pub step_call_timeout_secs: u64,
     /// Deadline of attach media: an Upload-mode BMC only answers once it has copied the image.
@@ -96,7 +94,6 @@ impl Default for Config {
             deployment_timeout_secs: 2 * 60 * 60,
             settle_delay_secs: 60,
             max_transitions_per_tick: 10,
-            control_loop_concurrency: 8,
             step_call_timeout_secs: 2 * 60,
             attach_media_call_timeout_secs: 20 * 60,
             secure_boot_call_timeout_secs: 15 * 60,

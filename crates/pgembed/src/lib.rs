@@ -3,7 +3,10 @@
 //! Without `DATABASE_URL`, `racklift up` runs its own PostgreSQL from the machine's binaries (`initdb`, `pg_ctl`,
 //! `postgres` on PATH) in a data directory it keeps across restarts, listening on loopback only, on a free port,
 //! with a generated password (never `trust`). PostgreSQL refuses to run as root, so when racklift runs as root
-//! the server runs as the unprivileged `postgres` user and the directories it writes are handed to that user.
+//! the server runs as the unprivileged `postgres` user and the directories it writes are handed to that user. A
+//! data directory that user cannot reach (a checkout under `/root`, mode 0700) is moved under
+//! [`RELOCATED_BASE`], named after the requested directory so every start from the same place finds the same
+//! database.
 
 use std::fs;
 use std::io;
@@ -17,6 +20,8 @@ use std::process::{Command, Output};
 pub const DATABASE: &str = "racklift";
 const SUPERUSER: &str = "racklift";
 const BINARIES: [&str; 3] = ["initdb", "pg_ctl", "postgres"];
+/// Where a data directory closed to the `postgres` user is kept instead: world-traversable on every Linux.
+pub const RELOCATED_BASE: &str = "/var/lib/racklift";
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -51,14 +56,27 @@ pub struct EmbeddedPostgres {
     password: String,
     run_as: Option<(u32, u32)>,
     bin_dir: PathBuf,
+    /// The directory asked for, when the server's files live elsewhere because it was closed to the server's
+    /// user.
+    requested: Option<PathBuf>,
 }
 
 impl EmbeddedPostgres {
-    /// Starts (initialising on first use) the server whose files live under `root`.
+    /// Starts (initialising on first use) the server whose files live under `root`, or under a relocated
+    /// directory when `root` is closed to the server's user (see [`EmbeddedPostgres::relocated_from`]).
     pub fn start(root: &Path) -> Result<EmbeddedPostgres, PgEmbedError> {
         let bin_dir = find_binaries()?;
         let run_as = unprivileged_user()?;
-        let root = absolute(root)?;
+        let requested = absolute(root)?;
+        let root = resolve_root(&requested, run_as)?;
+        let requested = (root != requested).then_some(requested);
+        if let Some(from) = &requested {
+            tracing::info!(
+                requested = %from.display(),
+                dir = %root.display(),
+                "the postgres user cannot reach the data directory; keeping the embedded PostgreSQL in a directory of its own"
+            );
+        }
         mkdir(&root, 0o755)?;
         let data = root.join("pgdata");
         let run = root.join("run");
@@ -70,6 +88,7 @@ impl EmbeddedPostgres {
             password,
             run_as,
             bin_dir,
+            requested,
         };
         pg.hand_over(&run)?;
         pg.check_reachable(&run)?;
@@ -137,6 +156,17 @@ impl EmbeddedPostgres {
         self.port
     }
 
+    /// Where the server's files are.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory that was asked for, when the server's files were kept elsewhere because the server's user
+    /// cannot reach it.
+    pub fn relocated_from(&self) -> Option<&Path> {
+        self.requested.as_deref()
+    }
+
     /// Stops the server (fast shutdown: open sessions are ended, committed data is kept).
     pub fn stop(&self) -> Result<(), PgEmbedError> {
         let data = self.root.join("pgdata");
@@ -156,11 +186,12 @@ impl EmbeddedPostgres {
         let bin_dir = find_binaries()?;
         let run_as = unprivileged_user()?;
         let pg = EmbeddedPostgres {
-            root: absolute(root)?,
+            root: resolve_root(&absolute(root)?, run_as)?,
             port: 0,
             password: String::new(),
             run_as,
             bin_dir,
+            requested: None,
         };
         let data = pg.root.join("pgdata");
         if !data.join("postmaster.pid").exists() {
@@ -250,6 +281,61 @@ impl EmbeddedPostgres {
         }
         Ok(())
     }
+}
+
+/// `root` when the server's user can reach it (or no other user is involved), else its relocated directory.
+fn resolve_root(root: &Path, run_as: Option<(u32, u32)>) -> Result<PathBuf, PgEmbedError> {
+    match run_as {
+        Some((uid, gid)) if !reachable(root, uid, gid) => {
+            let base = Path::new(RELOCATED_BASE);
+            mkdir(base, 0o755)?;
+            Ok(relocated(base, root))
+        }
+        _ => Ok(root.to_owned()),
+    }
+}
+
+/// The relocated directory for `root`: its last components for a person to recognise, and a digest of the
+/// whole path so two checkouts never share a database.
+fn relocated(base: &Path, root: &Path) -> PathBuf {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(root.as_os_str().as_encoded_bytes());
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    let hint: Vec<String> = root
+        .components()
+        .rev()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(n) => Some(
+                n.to_string_lossy()
+                    .replace(|c: char| !c.is_ascii_alphanumeric(), ""),
+            ),
+            _ => None,
+        })
+        .filter(|n| !n.is_empty())
+        .take(2)
+        .collect();
+    let hint: Vec<&str> = hint.iter().rev().map(String::as_str).collect();
+    base.join(format!("{}-{hex}", hint.join("-")))
+}
+
+/// Whether a process of `uid`/`gid` can reach `root`: every existing ancestor searchable by it (racklift, as
+/// root, creates the rest and hands `root` over). Mode bits only: this decides where to put the files, and
+/// the server's own start still reports anything the bits do not show.
+fn reachable(root: &Path, uid: u32, gid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    root.ancestors()
+        .filter_map(|dir| fs::metadata(dir).ok())
+        .all(|meta| {
+            let mode = meta.mode();
+            let search = if meta.uid() == uid {
+                mode & 0o100
+            } else if meta.gid() == gid {
+                mode & 0o010
+            } else {
+                mode & 0o001
+            };
+            meta.is_dir() && search != 0
+        })
 }
 
 fn run(cmd: &mut Command, name: &str) -> Result<Output, PgEmbedError> {
@@ -384,6 +470,39 @@ fn free_port(root: &Path) -> Result<u16, PgEmbedError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_behind_a_closed_parent_is_unreachable() {
+        use std::os::unix::fs::MetadataExt;
+        let base = std::env::temp_dir().join(format!("racklift-pgembed-{}", std::process::id()));
+        let closed = base.join("home");
+        fs::create_dir_all(closed.join("checkout")).unwrap();
+        let me = fs::metadata(&base).unwrap();
+        // Another user's view: neither the owner nor in the group.
+        let (other_uid, other_gid) = (me.uid().wrapping_add(4242), me.gid().wrapping_add(4242));
+        fs::set_permissions(&base, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&closed, fs::Permissions::from_mode(0o700)).unwrap();
+        let data = closed.join("checkout/.racklift/postgres");
+        assert!(!reachable(&data, other_uid, other_gid));
+        assert!(reachable(&data, me.uid(), me.gid()), "the owner reaches it");
+        fs::set_permissions(&closed, fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(
+            reachable(&data, other_uid, other_gid),
+            "an open parent is reachable"
+        );
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn the_relocated_directory_is_stable_and_distinct_per_path() {
+        let base = Path::new(RELOCATED_BASE);
+        let a = relocated(base, Path::new("/root/racklift/.racklift/postgres"));
+        assert_eq!(a, relocated(base, Path::new("/root/racklift/.racklift/postgres")));
+        assert_ne!(a, relocated(base, Path::new("/root/other/.racklift/postgres")));
+        let name = a.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("racklift-postgres-"), "{name}");
+        assert_eq!(a.parent(), Some(base));
+    }
 
     #[test]
     fn missing_binaries_are_named_in_one_sentence_saying_what_to_install() {

@@ -39,6 +39,14 @@ pub enum TlsMode {
     InsecureNoVerify,
 }
 
+impl TlsMode {
+    /// Checks the mode can build a client (a CA bundle that holds certificates, at least one pin), so a bad
+    /// site-wide setting fails when it is loaded rather than at the first BMC call.
+    pub fn check(&self) -> Result<()> {
+        client_config(self, "-").map(|_| ())
+    }
+}
+
 /// A SHA-256 pin of a certificate or of its SubjectPublicKeyInfo.
 ///
 /// Text form: `cert-sha256:<hex>` or `spki-sha256:<hex>`; the hex may be upper or lower case

@@ -44,6 +44,16 @@ pub struct ApiToken {
     pub role: Role,
 }
 
+/// An API token as listed: everything but its digest, which never leaves the database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApiTokenInfo {
+    pub name: String,
+    pub role: Role,
+    pub created_at: DateTime<Utc>,
+    /// `None`: valid until revoked.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
 pub struct ProvisioningToken {
     pub token: Uuid,
@@ -149,11 +159,13 @@ fn or_empty(v: &Value) -> Value {
 impl Store {
     // --- API tokens -------------------------------------------------------------------------------------------
 
-    /// Stores the digest of `secret` under `name`; replaces an existing token of that name.
+    /// Stores the digest of `secret` under `name`; replaces an existing token of that name (and clears its
+    /// expiry). For `racklift up`, which re-creates its admin token on every start.
     pub async fn put_api_token(&self, name: &str, secret: &str, role: Role) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO api_tokens (name, secret_sha256, role) VALUES ($1, decode($2, 'hex'), $3) \
-             ON CONFLICT (name) DO UPDATE SET secret_sha256 = excluded.secret_sha256, role = excluded.role",
+             ON CONFLICT (name) DO UPDATE SET secret_sha256 = excluded.secret_sha256, role = excluded.role, \
+             expires_at = NULL",
         )
         .bind(name)
         .bind(sha256_hex(secret.as_bytes()))
@@ -163,12 +175,81 @@ impl Store {
         Ok(())
     }
 
+    /// Makes a token with a fresh secret and returns the secret: only its digest is stored, so this is the one
+    /// time it can be shown. An existing `name` is a `Conflict`, never replaced, so a typo cannot lock out the
+    /// holder of the old token. `expires_at` is not checked against the clock: a past one makes a dead token.
+    pub async fn create_api_token(
+        &self,
+        name: &str,
+        role: Role,
+        expires_at: Option<DateTime<Utc>>,
+    ) -> Result<String, StoreError> {
+        let secret = crate::new_secret();
+        sqlx::query(
+            "INSERT INTO api_tokens (name, secret_sha256, role, expires_at) VALUES ($1, decode($2, 'hex'), $3, $4)",
+        )
+        .bind(name)
+        .bind(sha256_hex(secret.as_bytes()))
+        .bind(role.as_str())
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::on_unique("api token", name))?;
+        Ok(secret)
+    }
+
+    /// Every API token, oldest first, expired ones included (they stay until revoked, so an operator sees why a
+    /// script stopped working).
+    pub async fn list_api_tokens(&self) -> Result<Vec<ApiTokenInfo>, StoreError> {
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            name: String,
+            role: String,
+            created_at: DateTime<Utc>,
+            expires_at: Option<DateTime<Utc>>,
+        }
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT name, role, created_at, expires_at FROM api_tokens ORDER BY created_at, name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let role =
+                    serde_json::from_value(Value::String(r.role)).map_err(|source| StoreError::Corrupt {
+                        what: "api token role",
+                        source,
+                    })?;
+                Ok(ApiTokenInfo {
+                    name: r.name,
+                    role,
+                    created_at: r.created_at,
+                    expires_at: r.expires_at,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes the token called `name`; `false` when there is none. The API looks tokens up per request, so the
+    /// next request with it is refused.
+    pub async fn revoke_api_token(&self, name: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM api_tokens WHERE name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The token whose secret is `secret`, unless it has expired by the database's clock: one clock for every
+    /// API instance, so a token does not work on one and fail on another.
     pub async fn api_token(&self, secret: &str) -> Result<Option<ApiToken>, StoreError> {
-        let row: Option<(String, String)> =
-            sqlx::query_as("SELECT name, role FROM api_tokens WHERE secret_sha256 = decode($1, 'hex')")
-                .bind(sha256_hex(secret.as_bytes()))
-                .fetch_optional(&self.pool)
-                .await?;
+        let row: Option<(String, String)> = sqlx::query_as(
+            "SELECT name, role FROM api_tokens WHERE secret_sha256 = decode($1, 'hex') \
+             AND (expires_at IS NULL OR expires_at > now())",
+        )
+        .bind(sha256_hex(secret.as_bytes()))
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(row.and_then(|(name, role)| Role::parse(&role).map(|role| ApiToken { name, role })))
     }
 

@@ -246,16 +246,18 @@ impl Store {
     }
 
     /// Requests cancellation of the server's running deployment and takes the lease from whoever holds its step,
-    /// so the holder aborts its BMC call and the next lease decides the cancel. Returns the deployment.
+    /// so the holder aborts its BMC call and the next lease decides the cancel. Returns the deployment. The
+    /// operator's `reason`, when given, is kept in the `cancel_requested` event for whoever reads the log later.
     pub async fn request_cancel(
         &self,
         queue: &Queue,
         server: &str,
         skip_cleanup: bool,
+        reason: Option<&str>,
         by: &str,
     ) -> Result<DeploymentRecord, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let record = request_cancel_in(&mut tx, queue, server, skip_cleanup, by).await?;
+        let record = request_cancel_in(&mut tx, queue, server, skip_cleanup, reason, by).await?;
         tx.commit().await?;
         Ok(record)
     }
@@ -408,6 +410,7 @@ pub(crate) async fn request_cancel_in(
     queue: &Queue,
     server: &str,
     skip_cleanup: bool,
+    reason: Option<&str>,
     by: &str,
 ) -> Result<DeploymentRecord, StoreError> {
     let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -425,13 +428,17 @@ pub(crate) async fn request_cancel_in(
         });
     };
     let record: DeploymentRecord = row.try_into()?;
+    let mut event = serde_json::json!({ "by": by, "skip_cleanup": skip_cleanup });
+    if let Some(reason) = reason {
+        event["reason"] = serde_json::json!(reason);
+    }
     crate::events::insert(
         &mut *tx,
         server,
         Some(record.id),
         "cancel_requested",
         None,
-        &serde_json::json!({ "by": by, "skip_cleanup": skip_cleanup }),
+        &event,
     )
     .await?;
     wake_step(queue, tx, server, true).await?;

@@ -15,7 +15,7 @@ mod triage;
 
 pub use bmc_actions::{BMC_ACTION_KIND, BmcAction, BmcActionPayload};
 pub use catalog::{
-    ApiToken, BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS,
+    ApiToken, ApiTokenInfo, BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS,
     ProvisioningToken, Role, Seed,
 };
 pub use deployments::{DeploymentRecord, NewDeployment, STEP_KIND, queue_error, step_job};

@@ -44,6 +44,8 @@ pub struct Server {
     pub bmc_password_ref: Option<String>,
     pub bmc_cert_pin: Option<String>,
     pub bmc_insecure: bool,
+    /// The operator's explicit consent to an `http://` BMC address (credentials in the clear).
+    pub allow_plain_http: bool,
     pub vendor_hint: Option<String>,
     pub status: ServerStatus,
     pub status_detail: String,
@@ -68,6 +70,7 @@ pub(crate) struct ServerRow {
     bmc_password_ref: Option<String>,
     bmc_cert_pin: Option<String>,
     bmc_insecure: bool,
+    allow_plain_http: bool,
     vendor_hint: Option<String>,
     status: String,
     status_detail: String,
@@ -86,6 +89,7 @@ impl From<ServerRow> for Server {
             bmc_password_ref: r.bmc_password_ref,
             bmc_cert_pin: r.bmc_cert_pin,
             bmc_insecure: r.bmc_insecure,
+            allow_plain_http: r.allow_plain_http,
             vendor_hint: r.vendor_hint,
             status: ServerStatus::parse(&r.status),
             status_detail: r.status_detail,
@@ -108,6 +112,9 @@ pub struct NewServer {
     pub bmc_cert_pin: Option<String>,
     #[serde(default)]
     pub bmc_insecure: bool,
+    /// Required for an `http://` BMC address: the password would cross the network in the clear.
+    #[serde(default)]
+    pub allow_plain_http: bool,
     pub vendor_hint: Option<String>,
 }
 
@@ -119,10 +126,12 @@ pub struct ServerUpdate {
     pub bmc_password_ref: Option<String>,
     pub bmc_cert_pin: Option<String>,
     pub bmc_insecure: Option<bool>,
+    pub allow_plain_http: Option<bool>,
     pub vendor_hint: Option<String>,
 }
 
-const COLUMNS: &str = "name, bmc_address, bmc_username, bmc_password_ref, bmc_cert_pin, bmc_insecure, vendor_hint, \
+const COLUMNS: &str = "name, bmc_address, bmc_username, bmc_password_ref, bmc_cert_pin, bmc_insecure, \
+                       allow_plain_http, vendor_hint, \
                        status, status_detail, fence, registered_at, created_at, updated_at";
 
 /// [`COLUMNS`] qualified with a table alias, for joins.
@@ -145,7 +154,7 @@ impl Store {
     pub async fn create_server(&self, new: &NewServer) -> Result<Server, StoreError> {
         let row: ServerRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO servers (name, bmc_address, bmc_username, bmc_password_ref, bmc_cert_pin, bmc_insecure, \
-             vendor_hint) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {COLUMNS}"
+             vendor_hint, allow_plain_http) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {COLUMNS}"
         )))
         .bind(&new.name)
         .bind(&new.bmc_address)
@@ -154,6 +163,7 @@ impl Store {
         .bind(&new.bmc_cert_pin)
         .bind(new.bmc_insecure)
         .bind(&new.vendor_hint)
+        .bind(new.allow_plain_http)
         .fetch_one(&self.pool)
         .await
         .map_err(StoreError::on_unique("server", &new.name))?;
@@ -177,8 +187,8 @@ impl Store {
         let row: Option<ServerRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "UPDATE servers SET bmc_address = coalesce($2, bmc_address), bmc_username = coalesce($3, bmc_username), \
              bmc_password_ref = coalesce($4, bmc_password_ref), bmc_cert_pin = coalesce($5, bmc_cert_pin), \
-             bmc_insecure = coalesce($6, bmc_insecure), vendor_hint = coalesce($7, vendor_hint), updated_at = now() \
-             WHERE name = $1 RETURNING {COLUMNS}"
+             bmc_insecure = coalesce($6, bmc_insecure), vendor_hint = coalesce($7, vendor_hint), \
+             allow_plain_http = coalesce($8, allow_plain_http), updated_at = now() WHERE name = $1 RETURNING {COLUMNS}"
         )))
         .bind(name)
         .bind(&u.bmc_address)
@@ -187,6 +197,7 @@ impl Store {
         .bind(&u.bmc_cert_pin)
         .bind(u.bmc_insecure)
         .bind(&u.vendor_hint)
+        .bind(u.allow_plain_http)
         .fetch_optional(&self.pool)
         .await?;
         row.map(Server::from).ok_or_else(|| not_found(name))

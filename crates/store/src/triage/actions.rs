@@ -373,7 +373,15 @@ impl Store {
         let event = json!({ "by": actor.name, "role": actor.role.as_str(), "reason": reason,
                             "skip_cleanup": skip_cleanup, "dead_letter_id": c.id });
         let (state, job_id) = if !record.is_finished() {
-            let live = request_cancel_in(&mut tx, queue, &record.server, skip_cleanup, &actor.name).await?;
+            let live = request_cancel_in(
+                &mut tx,
+                queue,
+                &record.server,
+                skip_cleanup,
+                Some(reason),
+                &actor.name,
+            )
+            .await?;
             // The dead step left nothing to decide the cancel: give it a step where the machine stands.
             let job_id = match super::live_job_in(&mut *tx, &record.server).await? {
                 Some(job) => job.id,
