@@ -68,3 +68,20 @@ pub fn json_out(out: &Output) -> serde_json::Value {
     assert!(out.status.success(), "{}", describe(out));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", describe(out)))
 }
+
+/// A run that must fail with a one-line error containing `needle`.
+pub fn assert_refused(out: &Output, needle: &str) {
+    assert!(!out.status.success(), "{}", describe(out));
+    assert!(
+        stderr(out).contains(needle),
+        "wanted {needle:?}\n{}",
+        describe(out)
+    );
+}
+
+/// Runs `racklift ARGS --api URL` as the rack's admin.
+pub async fn as_admin(rack: &crate::rack::Rack, args: &[&str]) -> Output {
+    let mut all = args.to_vec();
+    all.extend(["--api", rack.api_url.as_str()]);
+    racklift(&all, &[("RACKLIFT_TOKEN", rack.catalog.admin_token.as_str())]).await
+}

@@ -19,7 +19,7 @@ const MAX_REASON: usize = 2000;
 /// One bulk retry touches at most this many dead letters; the flash says when more match.
 const BULK_LIMIT: u64 = 100;
 
-/// The checks every form shares: a CSRF token of this session, and a role that may act.
+/// The checks every form shares: the signed-in session's own CSRF token, and a role that may act.
 fn authorize(session: &Session, form: &BTreeMap<String, String>) -> Result<(), Box<Response>> {
     if !csrf_ok(session, form.get("csrf").map(String::as_str)) {
         return Err(Box::new(error_page(

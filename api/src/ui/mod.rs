@@ -123,7 +123,7 @@ pub fn csrf_token(secret: &str) -> String {
     tag.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Whether `given` is this session's CSRF token; compared in constant time.
+/// Whether `given` is the signed-in session's own CSRF token; compared in constant time.
 fn csrf_ok(session: &Session, given: Option<&str>) -> bool {
     let Some(bytes) = given.and_then(hex_decode) else {
         return false;

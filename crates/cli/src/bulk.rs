@@ -8,7 +8,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
 use anyhow::bail;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::client::{Client, ClientError};
 use crate::output::{print_json, text};
@@ -237,6 +237,16 @@ pub async fn cancel(
     run_each(targets, as_json, call, cancel_requested).await
 }
 
+/// One server's line of a bulk action's `--json` output: the API's answer, or why the call failed.
+#[derive(serde::Serialize)]
+struct BulkOutcome<'a> {
+    server: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
 /// Runs `call` for every target, at most [`LIST_CONCURRENCY`] at once. Without `as_json` each outcome is
 /// printed as it arrives (`success` words a success line from the API's answer); with it, one JSON array,
 /// sorted by server, once all are done. Fails, after all have run, if any call failed.
@@ -278,14 +288,15 @@ where
     }
     if as_json {
         outcomes.sort_by(|a, b| a.0.cmp(&b.0));
-        let shown: Vec<Value> = outcomes
+        let shown: Vec<BulkOutcome> = outcomes
             .iter()
-            .map(|(name, outcome)| match outcome {
-                Ok(v) => json!({ "server": name, "response": v }),
-                Err(e) => json!({ "server": name, "error": format!("{e:#}") }),
+            .map(|(name, outcome)| BulkOutcome {
+                server: name,
+                response: outcome.as_ref().ok(),
+                error: outcome.as_ref().err().map(|e| format!("{e:#}")),
             })
             .collect();
-        print_json(&Value::Array(shown))?;
+        print_json(&serde_json::to_value(&shown)?)?;
     }
     if failed > 0 {
         bail!("{failed} of {total} servers failed");
@@ -327,8 +338,8 @@ mod tests {
 
     #[test]
     fn keys_and_and_repeated_keys_or() {
-        let server = json!({ "name": "rack1-a", "status": "failed", "vendor_hint": "Dell" });
-        let d = json!({ "state": "Failed" });
+        let server = serde_json::json!({ "name": "rack1-a", "status": "failed", "vendor_hint": "Dell" });
+        let d = serde_json::json!({ "state": "Failed" });
         assert!(selection(&[]).matches(&server, &d));
         assert!(selection(&["status=failed", "vendor=dell"]).matches(&server, &d));
         assert!(!selection(&["status=failed", "vendor=hpe"]).matches(&server, &d));

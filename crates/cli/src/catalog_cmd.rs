@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use racklift_store::{NewSeed, NewToken};
-use serde::Serialize;
+use racklift_store::{BiosProfile, NewSeed, NewToken, ProvisioningToken, Seed};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::client::{ApiArgs, Client};
+use crate::client::{ApiArgs, Client, decode};
 use crate::output::{key_values, print_json, table, text, truncate};
 
 // --- provisioning tokens ----------------------------------------------------------------------------------------
@@ -72,13 +72,14 @@ pub async fn token(args: TokenArgs) -> anyhow::Result<()> {
             if json {
                 return print_json(&token);
             }
+            let token: ProvisioningToken = decode(&token)?;
             print!(
                 "{}",
                 key_values(&[
-                    ("token", text(&token["token"])),
-                    ("description", text(&token["description"])),
-                    ("uses remaining", text(&token["uses_remaining"])),
-                    ("expires", text(&token["expires_at"])),
+                    ("token", token.token.to_string()),
+                    ("description", or_dash(token.description)),
+                    ("uses remaining", token.uses_remaining.to_string()),
+                    ("expires", token.expires_at.to_rfc3339()),
                 ])
             );
             Ok(())
@@ -88,13 +89,14 @@ pub async fn token(args: TokenArgs) -> anyhow::Result<()> {
             if json {
                 return print_json(&tokens);
             }
-            let rows: Vec<[String; 4]> = items(&tokens)
+            let rows: Vec<[String; 4]> = decode::<Vec<ProvisioningToken>>(&tokens)?
+                .into_iter()
                 .map(|t| {
                     [
-                        text(&t["token"]),
-                        text(&t["uses_remaining"]),
-                        text(&t["expires_at"]),
-                        truncate(&text(&t["description"]), 48),
+                        t.token.to_string(),
+                        t.uses_remaining.to_string(),
+                        t.expires_at.to_rfc3339(),
+                        truncate(&or_dash(t.description), 48),
                     ]
                 })
                 .collect();
@@ -104,9 +106,9 @@ pub async fn token(args: TokenArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The elements of a JSON array answer (none for anything else).
-fn items(v: &Value) -> impl Iterator<Item = &Value> {
-    v.as_array().into_iter().flatten()
+/// `-` for an empty text, as the other tables show it.
+fn or_dash(s: String) -> String {
+    if s.is_empty() { "-".to_owned() } else { s }
 }
 
 /// A token goes into the path as given: the API answers a non-UUID with a clear error, and a UUID needs no
@@ -186,13 +188,14 @@ pub async fn seed(args: SeedArgs) -> anyhow::Result<()> {
             if json {
                 return print_json(&seed);
             }
+            let seed: Seed = decode(&seed)?;
             print!(
                 "{}",
                 key_values(&[
-                    ("token", text(&seed["token"])),
-                    ("name", text(&seed["name"])),
-                    ("public", text(&seed["public"])),
-                    ("install config", seed["install_config"].to_string()),
+                    ("token", seed.token.to_string()),
+                    ("name", seed.name),
+                    ("public", seed.public.to_string()),
+                    ("install config", seed.install_config.to_string()),
                 ])
             );
             Ok(())
@@ -202,14 +205,15 @@ pub async fn seed(args: SeedArgs) -> anyhow::Result<()> {
             if json {
                 return print_json(&seeds);
             }
-            let rows: Vec<[String; 4]> = items(&seeds)
+            let rows: Vec<[String; 4]> = decode::<Vec<Seed>>(&seeds)?
+                .into_iter()
                 .map(|s| {
-                    let force_reboot = s["install_config"]["force_reboot"] == true;
+                    let force_reboot = s.force_reboot().to_string();
                     [
-                        text(&s["name"]),
-                        text(&s["public"]),
-                        force_reboot.to_string(),
-                        text(&s["created_at"]),
+                        s.name,
+                        s.public.to_string(),
+                        force_reboot,
+                        s.created_at.to_rfc3339(),
                     ]
                 })
                 .collect();
@@ -359,15 +363,16 @@ pub async fn bios_profile(args: ProfileArgs) -> anyhow::Result<()> {
             if set.json {
                 return print_json(&profile);
             }
+            let profile: BiosProfile = decode(&profile)?;
             print!(
                 "{}",
                 key_values(&[
-                    ("name", text(&profile["name"])),
-                    ("priority", text(&profile["priority"])),
-                    ("match", match_text(&profile["match_rules"])),
-                    ("attributes", pairs(&profile["attributes"])),
-                    ("deferred attributes", pairs(&profile["deferred_attributes"])),
-                    ("secure boot", profile["secure_boot"].to_string()),
+                    ("name", profile.name),
+                    ("priority", profile.priority.to_string()),
+                    ("match", match_text(&profile.match_rules)),
+                    ("attributes", pairs(&profile.attributes)),
+                    ("deferred attributes", pairs(&profile.deferred_attributes)),
+                    ("secure boot", profile.secure_boot.to_string()),
                 ])
             );
             Ok(())
@@ -390,15 +395,12 @@ async fn list_profiles(client: &Client, as_json: bool) -> anyhow::Result<()> {
     if as_json {
         return print_json(&profiles);
     }
-    let rows: Vec<[String; 5]> = items(&profiles)
+    let rows: Vec<[String; 5]> = decode::<Vec<BiosProfile>>(&profiles)?
+        .into_iter()
         .map(|p| {
-            [
-                text(&p["name"]),
-                text(&p["priority"]),
-                match_text(&p["match_rules"]),
-                truncate(&pairs(&p["attributes"]), 48),
-                truncate(&pairs(&p["deferred_attributes"]), 32),
-            ]
+            let (rules, attributes) = (match_text(&p.match_rules), truncate(&pairs(&p.attributes), 48));
+            let deferred = truncate(&pairs(&p.deferred_attributes), 32);
+            [p.name, p.priority.to_string(), rules, attributes, deferred]
         })
         .collect();
     print!(
@@ -462,6 +464,12 @@ struct PublicAddress {
     address: String,
 }
 
+/// The answer of `GET` and `PUT /1.0/settings/public-address`: no address until one is set.
+#[derive(Deserialize)]
+struct PublicAddressView {
+    address: Option<String>,
+}
+
 pub async fn settings(args: SettingsArgs) -> anyhow::Result<()> {
     let client = args.api.client()?;
     match args.command {
@@ -477,10 +485,9 @@ pub async fn settings(args: SettingsArgs) -> anyhow::Result<()> {
             if json {
                 return print_json(&answer);
             }
-            let address = match &answer["address"] {
-                Value::Null => "not set".to_owned(),
-                other => text(other),
-            };
+            let address = decode::<PublicAddressView>(&answer)?
+                .address
+                .unwrap_or_else(|| "not set".to_owned());
             print!("{}", key_values(&[("public address", address)]));
             Ok(())
         }

@@ -208,3 +208,9 @@ fn load_token(token_file: Option<&Path>) -> anyhow::Result<(String, String)> {
     }
     Ok((token.to_owned(), format!("the file {}", path.display())))
 }
+
+/// An answer decoded into the named type the API serialised it from, for the tables and key-value views (`--json`
+/// prints the answer itself).
+pub fn decode<T: serde::de::DeserializeOwned>(answer: &Value) -> anyhow::Result<T> {
+    T::deserialize(answer).context("the API's answer does not have the shape this racklift expects")
+}

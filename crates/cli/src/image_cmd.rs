@@ -7,12 +7,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
-use racklift_store::NewImage;
-use serde_json::Value;
+use racklift_store::{Image, NewImage};
 use sha2::{Digest, Sha256};
 
-use crate::client::{ApiArgs, Client};
-use crate::output::{key_values, print_json, table, text, truncate};
+use crate::client::{ApiArgs, Client, decode};
+use crate::output::{key_values, print_json, table, truncate};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -104,16 +103,20 @@ async fn add(client: &Client, args: AddArgs) -> anyhow::Result<()> {
     if args.json {
         return print_json(&image);
     }
+    let image: Image = decode(&image)?;
     print!(
         "{}",
         key_values(&[
-            ("id", text(&image["id"])),
-            ("type", text(&image["type"])),
-            ("architecture", text(&image["architecture"])),
-            ("channel", text(&image["channel"])),
-            ("path", text(&image["path"])),
-            ("size", size_text(&image["size_bytes"])),
-            ("sha256", text(&image["sha256"])),
+            ("id", image.id.to_string()),
+            ("type", image.image_type),
+            ("architecture", image.architecture),
+            ("channel", image.channel),
+            ("path", image.path),
+            (
+                "size",
+                format!("{} ({} bytes)", bytes(image.size_bytes), image.size_bytes)
+            ),
+            ("sha256", image.sha256),
         ])
     );
     Ok(())
@@ -156,9 +159,9 @@ fn hash_file(path: &Path) -> anyhow::Result<(u64, String)> {
     Ok((size, digest))
 }
 
-fn size_text(v: &Value) -> String {
-    v.as_u64()
-        .map_or_else(|| text(v), |n| format!("{} ({n} bytes)", HumanBytes(n)))
+/// A size for people (the API never answers a negative one).
+fn bytes(n: i64) -> HumanBytes {
+    HumanBytes(u64::try_from(n).unwrap_or_default())
 }
 
 async fn list(client: &Client, as_json: bool) -> anyhow::Result<()> {
@@ -166,21 +169,17 @@ async fn list(client: &Client, as_json: bool) -> anyhow::Result<()> {
     if as_json {
         return print_json(&images);
     }
-    let rows: Vec<[String; 7]> = images
-        .as_array()
+    let rows: Vec<[String; 7]> = decode::<Vec<Image>>(&images)?
         .into_iter()
-        .flatten()
         .map(|i| {
             [
-                text(&i["id"]),
-                text(&i["type"]),
-                text(&i["architecture"]),
-                text(&i["channel"]),
-                i["size_bytes"]
-                    .as_u64()
-                    .map_or_else(|| text(&i["size_bytes"]), |n| HumanBytes(n).to_string()),
-                truncate(&text(&i["sha256"]), 13),
-                text(&i["path"]),
+                i.id.to_string(),
+                i.image_type,
+                i.architecture,
+                i.channel,
+                bytes(i.size_bytes).to_string(),
+                truncate(&i.sha256, 13),
+                i.path,
             ]
         })
         .collect();

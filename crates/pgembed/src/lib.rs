@@ -496,9 +496,12 @@ mod tests {
     #[test]
     fn the_relocated_directory_is_stable_and_distinct_per_path() {
         let base = Path::new(RELOCATED_BASE);
-        let a = relocated(base, Path::new("/root/racklift/.racklift/postgres"));
-        assert_eq!(a, relocated(base, Path::new("/root/racklift/.racklift/postgres")));
-        assert_ne!(a, relocated(base, Path::new("/root/other/.racklift/postgres")));
+        let a = relocated(base, Path::new("/home/op/racklift/.racklift/postgres"));
+        assert_eq!(
+            a,
+            relocated(base, Path::new("/home/op/racklift/.racklift/postgres"))
+        );
+        assert_ne!(a, relocated(base, Path::new("/home/op/other/.racklift/postgres")));
         let name = a.file_name().unwrap().to_string_lossy().into_owned();
         assert!(name.starts_with("racklift-postgres-"), "{name}");
         assert_eq!(a.parent(), Some(base));
