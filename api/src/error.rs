@@ -65,6 +65,14 @@ impl IntoResponse for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
+        // The client's input (a NUL in a JSON string, say), answered 400 rather than 500.
+        if e.is_invalid_text() {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_text",
+                "a text value holds a NUL or another character that cannot be stored",
+            );
+        }
         match &e {
             StoreError::NotFound { .. } => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()),
             StoreError::Conflict { .. } => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
@@ -102,6 +110,25 @@ fn body_rejection(r: JsonRejection) -> ApiError {
 /// Unknown paths.
 pub async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+}
+
+/// Refuses a request whose path or query holds a NUL (`%00`; a raw one is not valid in a URI) before it is routed:
+/// no name, secret or filter can contain one, and it must not reach the database as text.
+pub async fn reject_nul(request: Request, next: axum::middleware::Next) -> Response {
+    let uri = request.uri();
+    let field = if uri.path().contains("%00") {
+        Some("path")
+    } else if uri.query().is_some_and(|q| q.contains("%00")) {
+        Some("query")
+    } else {
+        None
+    };
+    match field {
+        Some(field) => {
+            ApiError::invalid(field, format!("the {field} holds a NUL character (%00)")).into_response()
+        }
+        None => next.run(request).await,
+    }
 }
 
 /// Rewrites error responses produced outside the handlers (405 from the router, 413 from the body limit,

@@ -18,14 +18,15 @@ mod triage;
 mod ui;
 mod validate;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::http::StatusCode;
 use axum::routing::{delete, get, post};
 use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
 pub use error::{ApiError, ServeError};
 
@@ -63,6 +64,13 @@ pub struct ApiConfig {
     pub bmc_access: racklift_workers::bmc_access::AccessPolicy,
     /// When set, catalog images must live inside this directory (checked when registered and when served).
     pub images_dir: Option<std::path::PathBuf>,
+    /// The listener's header read timeout and connection cap.
+    pub listener: racklift_listener::Limits,
+    /// Deadline of a whole request and its response, except the media streams (an image takes minutes to
+    /// read): longer than the deploy pre-flight's BMC read, which is part of a request.
+    pub request_timeout: Duration,
+    /// Longest pause while a request body is read.
+    pub body_timeout: Duration,
 }
 
 impl Default for ApiConfig {
@@ -74,6 +82,9 @@ impl Default for ApiConfig {
             bmc_read_timeout: Duration::from_secs(30),
             bmc_access: Default::default(),
             images_dir: None,
+            listener: racklift_listener::Limits::default(),
+            request_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -151,16 +162,25 @@ pub fn router(state: AppState) -> Router {
         .route("/stuck", get(triage::stuck))
         .route("/stats/state-durations", get(triage::state_durations))
         .route("/openapi.json", get(openapi::document));
-    Router::new()
+    // Everything but the media streams answers within the request timeout (408 past it).
+    let timed = Router::new()
         .nest("/1.0", api)
+        .route("/metrics", get(metrics::serve_metrics))
+        // The operator dashboard (HTML, cookie session); see `ui`.
+        .nest("/ui", ui::router())
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            state.config.request_timeout,
+        ));
+    Router::new()
+        .merge(timed)
         .route(
             "/media/{secret}/{file}",
             get(media::serve_media).head(media::serve_media),
         )
-        .route("/metrics", get(metrics::serve_metrics))
-        // The operator dashboard (HTML, cookie session); see `ui`.
-        .nest("/ui", ui::router())
         .fallback(error::not_found)
+        .layer(RequestBodyTimeoutLayer::new(state.config.body_timeout))
+        .layer(axum::middleware::from_fn(error::reject_nul))
         // The limit sits inside the error rewriter so its plain-text 413 gets the error shape too.
         .layer(RequestBodyLimitLayer::new(limit))
         .layer(axum::middleware::map_response(error::json_errors))
@@ -175,11 +195,14 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let flusher = tokio::spawn(media::flush_loop(state.clone(), shutdown.clone()));
-    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let token = shutdown.clone();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { token.cancelled().await })
-        .await;
+    let served = racklift_listener::serve(
+        listener,
+        router(state.clone()),
+        state.config.listener,
+        async move { token.cancelled().await },
+    )
+    .await;
     shutdown.cancel();
     flusher.await.ok();
     if let Err(error) = state.flush_media_reads().await {

@@ -75,10 +75,13 @@ impl FilterSpec {
                 format!("{state:?} is not a deployment state"),
             ));
         }
-        if self.min_age_secs.is_some_and(|s| s < 0) {
+        if self
+            .min_age_secs
+            .is_some_and(|s| !(0..=MAX_AGE_SECS).contains(&s))
+        {
             return Err(ApiError::invalid(
                 &format!("{prefix}min_age_secs"),
-                "must be zero or more",
+                format!("must be between 0 and {MAX_AGE_SECS} (ten years)"),
             ));
         }
         Ok(DeadLetterFilter {
@@ -343,6 +346,9 @@ fn triage_error(e: TriageError) -> ApiError {
         None => err,
     }
 }
+
+/// The oldest age a filter may ask for: older than anything kept, and far from where an interval overflows.
+const MAX_AGE_SECS: i64 = 10 * 365 * 24 * 3600;
 
 /// A required free-text field: who reads the audit later needs to know why.
 pub(crate) fn reason(field: &str, v: Option<String>) -> Result<String, ApiError> {

@@ -78,7 +78,38 @@ async fn errors_have_one_shape() {
         .call(Method::PUT, "/1.0/servers", ADMIN, Some(json!({})))
         .await;
     assert_eq!((s, code(&v)), (405, "method_not_allowed"));
+    no_input_reaches_a_500(&api).await;
     api.stop().await;
+}
+
+/// A NUL where PostgreSQL stores text, and numbers past what an interval holds, are the client's mistakes: 400
+/// naming where they were, never 500.
+async fn no_input_reaches_a_500(api: &Api) {
+    for (path, secret, where_) in [
+        ("/media/%00/x", None, "path"),
+        ("/1.0/servers/%00", None, "path"),
+        ("/1.0/servers/a%00b", Some(VIEWER), "path"),
+        ("/1.0/servers/s1/events?after=%00", Some(VIEWER), "query"),
+        ("/1.0/deadletters?server=a%00", Some(VIEWER), "query"),
+    ] {
+        let (s, v) = common::read(api.req(Method::GET, path, secret).send().await.unwrap()).await;
+        assert_eq!((s, field(&v)), (400, Some(where_)), "{path}: {v}");
+    }
+    let huge = "/1.0/deadletters?min_age_secs=9223372036854775807";
+    let (s, v) = api.call(Method::GET, huge, VIEWER, None).await;
+    assert_eq!((s, field(&v)), (400, Some("min_age_secs")), "{v}");
+    let (s, v) = api
+        .call(
+            Method::GET,
+            "/1.0/deadletters/groups?min_age_secs=9223372036854775807",
+            VIEWER,
+            None,
+        )
+        .await;
+    assert_eq!(s, 400, "{v}");
+    let nul = json!({ "name": "nul1", "bmc_username": "ro\u{0}ot" });
+    let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(nul)).await;
+    assert_eq!((s, code(&v)), (400, "invalid_text"), "{v}");
 }
 
 #[tokio::test]

@@ -86,6 +86,12 @@ pub fn api_config(s: &Settings, access: AccessPolicy) -> ApiConfig {
         bmc_read_timeout: Duration::from_secs(s.api.bmc_read_timeout_secs),
         bmc_access: access,
         images_dir: s.paths.images_dir.clone(),
+        listener: racklift_listener::Limits {
+            header_read_timeout: Duration::from_secs(s.api.header_read_timeout_secs),
+            max_connections: s.api.max_connections,
+        },
+        request_timeout: Duration::from_secs(s.api.request_timeout_secs),
+        body_timeout: Duration::from_secs(s.api.body_timeout_secs),
     }
 }
 

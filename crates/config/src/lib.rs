@@ -162,7 +162,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 11] = [
+        let positive: [(&str, u64); 15] = [
             ("database.max_connections", self.database.max_connections.into()),
             (
                 "database.acquire_timeout_secs",
@@ -171,6 +171,10 @@ impl Settings {
             ("api.body_limit_bytes", self.api.body_limit_bytes as u64),
             ("api.bmc_read_timeout_secs", self.api.bmc_read_timeout_secs),
             ("api.media_flush_interval_ms", self.api.media_flush_interval_ms),
+            ("api.header_read_timeout_secs", self.api.header_read_timeout_secs),
+            ("api.request_timeout_secs", self.api.request_timeout_secs),
+            ("api.body_timeout_secs", self.api.body_timeout_secs),
+            ("api.max_connections", self.api.max_connections as u64),
             ("worker.concurrency", self.worker.concurrency as u64),
             ("worker.batch", self.worker.batch as u64),
             ("worker.poll_interval_ms", self.worker.poll_interval_ms),
@@ -195,6 +199,16 @@ impl Settings {
                 format!(
                     "is below queue.retry_backoff_base_ms ({} < {})",
                     self.queue.retry_backoff_max_ms, self.queue.retry_backoff_base_ms
+                ),
+            ));
+        }
+        if self.api.request_timeout_secs <= self.api.bmc_read_timeout_secs {
+            return Err(invalid(
+                "api.request_timeout_secs",
+                format!(
+                    "must be longer than api.bmc_read_timeout_secs ({} s): the deploy pre-flight reads the BMC \
+                     inside the request",
+                    self.api.bmc_read_timeout_secs
                 ),
             ));
         }

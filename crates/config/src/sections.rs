@@ -50,6 +50,16 @@ pub struct ApiSettings {
     pub media_flush_interval_ms: u64,
     /// The file name in media URLs; some BMCs insist on a recognisable extension.
     pub media_file_name: String,
+    /// A connection that has not sent a whole request head this long after connecting (or after its last
+    /// request) is closed.
+    pub header_read_timeout_secs: u64,
+    /// Deadline of a whole request, answered 408 past it; the media streams are exempt (an image takes minutes).
+    /// Keep it above `bmc_read_timeout_secs`: the deploy pre-flight reads the BMC inside the request.
+    pub request_timeout_secs: u64,
+    /// Longest pause while a request body is read.
+    pub body_timeout_secs: u64,
+    /// Connections open at once; past it new ones wait until one closes.
+    pub max_connections: usize,
 }
 
 impl Default for ApiSettings {
@@ -60,6 +70,10 @@ impl Default for ApiSettings {
             bmc_read_timeout_secs: 30,
             media_flush_interval_ms: 500,
             media_file_name: "incusos.img".to_owned(),
+            header_read_timeout_secs: 10,
+            request_timeout_secs: 60,
+            body_timeout_secs: 30,
+            max_connections: 1024,
         }
     }
 }

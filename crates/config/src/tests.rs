@@ -52,6 +52,10 @@ fn every_key_changed() -> Settings {
     s.api.bmc_read_timeout_secs = 11;
     s.api.media_flush_interval_ms = 250;
     s.api.media_file_name = "seed.img".into();
+    s.api.header_read_timeout_secs = 5;
+    s.api.request_timeout_secs = 45;
+    s.api.body_timeout_secs = 20;
+    s.api.max_connections = 512;
     s.worker.concurrency = 12;
     s.worker.batch = 13;
     s.worker.poll_interval_ms = 14;
@@ -205,6 +209,8 @@ fn values_that_cannot_work_are_rejected_with_the_full_key() {
             ("[deploy]\npoll_interval_secs = 0\n", "deploy.poll_interval_secs"),
             ("[simulation]\ntime_scale = 2.0\n", "simulation.time_scale"),
             ("[api]\nmedia_file_name = \"a/b\"\n", "api.media_file_name"),
+            ("[api]\nrequest_timeout_secs = 30\n", "api.request_timeout_secs"),
+            ("[api]\nmax_connections = 0\n", "api.max_connections"),
         ];
         for (toml, key) in cases {
             let err = load_file(&mut *jail, toml).unwrap_err();

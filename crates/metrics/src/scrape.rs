@@ -70,7 +70,11 @@ where
     S: Fn() -> F + Clone + Send + Sync + 'static,
     F: Future<Output = ()> + Send + 'static,
 {
-    axum::serve(listener, router(sample))
-        .with_graceful_shutdown(shutdown)
-        .await
+    racklift_listener::serve(
+        listener,
+        router(sample),
+        racklift_listener::Limits::default(),
+        shutdown,
+    )
+    .await
 }

@@ -20,7 +20,17 @@ pub enum StoreError {
     Db(#[from] sqlx::Error),
 }
 
+/// PostgreSQL's codes for text it cannot store: a NUL byte (`character_not_in_repertoire`), or a character the
+/// encoding lacks (`untranslatable_character`).
+const INVALID_TEXT_CODES: [&str; 2] = ["22021", "22P05"];
+
 impl StoreError {
+    /// The database refused a text value it cannot store: the caller's input, not a fault of the store.
+    pub fn is_invalid_text(&self) -> bool {
+        matches!(self, StoreError::Db(sqlx::Error::Database(db))
+            if db.code().is_some_and(|c| INVALID_TEXT_CODES.contains(&c.as_ref())))
+    }
+
     /// Maps a unique violation to `Conflict`, anything else to `Db`.
     pub(crate) fn on_unique(what: &'static str, name: &str) -> impl FnOnce(sqlx::Error) -> StoreError {
         let name = name.to_owned();
