@@ -166,12 +166,42 @@ async fn up_runs_from_a_checkout_in_a_closed_home_and_stops_its_database_on_sigt
     remove_relocated(&dir);
 }
 
-/// tmux on its own socket, so the test neither sees nor disturbs anyone's sessions.
+/// `racklift up ARGS` in a tmux session of its own (its own socket, so the test neither sees nor disturbs anyone's
+/// sessions), run from a checkout in a closed home with no database configured and logs at info.
 struct Tmux {
     socket: String,
 }
 
 impl Tmux {
+    fn start(checkout: &ClosedCheckout, up_args: &str, (width, height): (u16, u16)) -> Tmux {
+        let tmux = Tmux {
+            socket: format!("racklift-test-{}", uuid::Uuid::new_v4()),
+        };
+        let command = format!(
+            "cd {} && exec env -u DATABASE_URL -u RACKLIFT_CONFIG RUST_LOG=info {} up {up_args}",
+            checkout.checkout.display(),
+            racklift_bin().display()
+        );
+        let (width, height) = (width.to_string(), height.to_string());
+        let started = tmux.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "up",
+            "-x",
+            &width,
+            "-y",
+            &height,
+            &command,
+        ]);
+        assert!(
+            started.status.success(),
+            "{}",
+            String::from_utf8_lossy(&started.stderr)
+        );
+        tmux
+    }
+
     fn run(&self, args: &[&str]) -> std::process::Output {
         std::process::Command::new("tmux")
             .arg("-L")
@@ -182,7 +212,46 @@ impl Tmux {
     }
 
     fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "demo"]).stdout).into_owned()
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "up"]).stdout).into_owned()
+    }
+
+    /// The screen once `done` holds for it, checking every screen on the way with `each`; one every 200 ms is
+    /// enough to catch a log line, which would stay until scrolled away.
+    async fn screen_when(&self, what: &str, done: impl Fn(&str) -> bool, each: impl Fn(&str)) -> String {
+        let mut last = String::new();
+        wait_for(Duration::from_secs(240), what, || {
+            last = self.screen();
+            each(&last);
+            let finished = done(&last);
+            async move {
+                if !finished {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                finished
+            }
+        })
+        .await;
+        last
+    }
+
+    /// The embedded database's directory from the banner, whose line the terminal may have wrapped.
+    fn database_dir(screen: &str) -> PathBuf {
+        let joined: String = screen.lines().map(str::trim_end).collect::<Vec<_>>().join("");
+        embedded_dir(&joined).unwrap_or_else(|| panic!("no embedded database in the banner:\n{screen}"))
+    }
+
+    /// Closes the terminal, which sends SIGHUP to the process in it, and waits for PostgreSQL in `dir` to stop.
+    async fn hang_up(&self, dir: &Path) {
+        self.run(&["kill-session", "-t", "up"]);
+        wait_for(
+            Duration::from_secs(60),
+            "SIGHUP to stop the embedded PostgreSQL",
+            || {
+                let running = postgres_running(dir);
+                async move { !running }
+            },
+        )
+        .await;
     }
 }
 
@@ -207,52 +276,21 @@ fn log_lines(screen: &str) -> Vec<&str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_table_stays_clean_on_a_terminal_and_a_hangup_stops_postgres() {
     let checkout = ClosedCheckout::new();
-    let tmux = Tmux {
-        socket: format!("racklift-test-{}", uuid::Uuid::new_v4()),
-    };
-    let command = format!(
-        "cd {} && exec env -u DATABASE_URL -u RACKLIFT_CONFIG RUST_LOG=info {} up --demo --listen 127.0.0.1:0 \
-         --servers 4",
-        checkout.checkout.display(),
-        racklift_bin().display()
-    );
-    let started = tmux.run(&[
-        "new-session",
-        "-d",
-        "-s",
-        "demo",
-        "-x",
-        "160",
-        "-y",
-        "45",
-        &command,
-    ]);
-    assert!(
-        started.status.success(),
-        "{}",
-        String::from_utf8_lossy(&started.stderr)
-    );
-
+    let tmux = Tmux::start(&checkout, "--demo --listen 127.0.0.1:0 --servers 4", (160, 45));
     // Every screen while the rack deploys: logs (at info, so there are many) must never land on it.
-    let mut last = String::new();
-    wait_for(Duration::from_secs(240), "the demo to finish its rack", || {
-        let screen = tmux.screen();
-        let logs: Vec<String> = log_lines(&screen).into_iter().map(str::to_owned).collect();
-        assert!(
-            logs.is_empty(),
-            "log lines inside the demo's screen: {logs:?}\n{screen}"
-        );
-        let finished = screen.contains("deployments finished");
-        last = screen;
-        // A screen every 200 ms is enough to catch a log line, which would stay until scrolled away.
-        async move {
-            if !finished {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            finished
-        }
-    })
-    .await;
+    let last = tmux
+        .screen_when(
+            "the demo to finish its rack",
+            |screen| screen.contains("deployments finished"),
+            |screen| {
+                let logs = log_lines(screen);
+                assert!(
+                    logs.is_empty(),
+                    "log lines inside the demo's screen: {logs:?}\n{screen}"
+                );
+            },
+        )
+        .await;
     assert!(
         last.contains("SERVER") && last.contains("STATE"),
         "no table header:\n{last}"
@@ -273,24 +311,10 @@ async fn the_demo_table_stays_clean_on_a_terminal_and_a_hangup_stops_postgres() 
     let logged = std::fs::read_to_string(&log).expect("read the log file");
     assert!(logged.contains("INFO"), "{}", log.display());
 
-    // The embedded database's directory is printed on two lines when the path is long; the file's
-    // location follows from the log file's: both sit under the data directory unless relocated.
-    let joined: String = last.lines().map(str::trim_end).collect::<Vec<_>>().join("");
-    let dir = embedded_dir(&joined).unwrap_or_else(|| panic!("no embedded database in the banner:\n{last}"));
+    let dir = Tmux::database_dir(&last);
     check_location(&dir, &checkout.checkout);
     assert!(postgres_running(&dir));
-
-    // Closing the terminal sends SIGHUP to the process in it.
-    tmux.run(&["kill-session", "-t", "demo"]);
-    wait_for(
-        Duration::from_secs(60),
-        "SIGHUP to stop the embedded PostgreSQL",
-        || {
-            let running = postgres_running(&dir);
-            async move { !running }
-        },
-    )
-    .await;
+    tmux.hang_up(&dir).await;
     remove_relocated(&dir);
 }
 
@@ -299,55 +323,16 @@ async fn the_demo_table_stays_clean_on_a_terminal_and_a_hangup_stops_postgres() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hangup_stops_postgres_when_the_logs_go_to_the_closed_terminal() {
     let checkout = ClosedCheckout::new();
-    let tmux = Tmux {
-        socket: format!("racklift-test-{}", uuid::Uuid::new_v4()),
-    };
-    let command = format!(
-        "cd {} && exec env -u DATABASE_URL -u RACKLIFT_CONFIG RUST_LOG=info {} up --listen 127.0.0.1:0 --servers 1",
-        checkout.checkout.display(),
-        racklift_bin().display()
-    );
-    let started = tmux.run(&[
-        "new-session",
-        "-d",
-        "-s",
-        "demo",
-        "-x",
-        "200",
-        "-y",
-        "50",
-        &command,
-    ]);
-    assert!(
-        started.status.success(),
-        "{}",
-        String::from_utf8_lossy(&started.stderr)
-    );
-    let mut screen = String::new();
-    wait_for(Duration::from_secs(120), "racklift up to start", || {
-        screen = tmux.screen();
-        let up = screen.contains("Press Ctrl-C to stop");
-        async move {
-            if !up {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            up
-        }
-    })
-    .await;
-    let joined: String = screen.lines().map(str::trim_end).collect::<Vec<_>>().join("");
-    let dir =
-        embedded_dir(&joined).unwrap_or_else(|| panic!("no embedded database in the banner:\n{screen}"));
+    let tmux = Tmux::start(&checkout, "--listen 127.0.0.1:0 --servers 1", (200, 50));
+    let screen = tmux
+        .screen_when(
+            "racklift up to start",
+            |screen| screen.contains("Press Ctrl-C to stop"),
+            |_| {},
+        )
+        .await;
+    let dir = Tmux::database_dir(&screen);
     assert!(postgres_running(&dir));
-    tmux.run(&["kill-session", "-t", "demo"]);
-    wait_for(
-        Duration::from_secs(60),
-        "SIGHUP to stop the embedded PostgreSQL",
-        || {
-            let running = postgres_running(&dir);
-            async move { !running }
-        },
-    )
-    .await;
+    tmux.hang_up(&dir).await;
     remove_relocated(&dir);
 }
