@@ -17,7 +17,7 @@ const TIMEOUT: Duration = Duration::from_millis(500);
 const ENDED_WITHIN: Duration = Duration::from_secs(15);
 
 async fn api() -> Api {
-    Api::start_with(ApiConfig {
+    let mut api = Api::start_with(ApiConfig {
         listener: racklift_listener::Limits {
             header_read_timeout: TIMEOUT,
             max_connections: 32,
@@ -25,7 +25,14 @@ async fn api() -> Api {
         body_timeout: TIMEOUT,
         ..ApiConfig::default()
     })
-    .await
+    .await;
+    // The server closes a keep-alive connection idle past `TIMEOUT`, the very wait these tests make: a pooled
+    // connection would race that close. Each normal request here opens its own.
+    api.http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client");
+    api
 }
 
 fn addr(api: &Api) -> String {
