@@ -27,7 +27,8 @@ impl Caller {
                     self.0.name,
                     self.0.role.as_str()
                 ),
-            ))
+            )
+            .field("Authorization"))
         }
     }
 
@@ -37,7 +38,7 @@ impl Caller {
 }
 
 fn unauthenticated(message: &str) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", message).field("Authorization")
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -63,3 +64,38 @@ impl FromRequestParts<AppState> for Caller {
         Ok(Caller(token))
     }
 }
+
+/// A caller with at least the role the type names, checked while the request's head is read: declared before
+/// the body in a handler's arguments, an under-privileged caller gets 403 whatever its body holds.
+macro_rules! role_extractor {
+    ($(#[$doc:meta])* $name:ident, $role:expr) => {
+        $(#[$doc])*
+        pub struct $name(pub Caller);
+
+        impl FromRequestParts<AppState> for $name {
+            type Rejection = ApiError;
+
+            async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+                let caller = Caller::from_request_parts(parts, state).await?;
+                caller.require($role)?;
+                Ok($name(caller))
+            }
+        }
+    };
+}
+
+role_extractor!(
+    /// Any valid API token: reads.
+    Viewer,
+    Role::Viewer
+);
+role_extractor!(
+    /// Operator or admin: actions on servers and dead letters.
+    Operator,
+    Role::Operator
+);
+role_extractor!(
+    /// Admin: catalog changes.
+    Admin,
+    Role::Admin
+);

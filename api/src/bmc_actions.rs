@@ -2,68 +2,132 @@
 //! resource key (never run beside a deployment step), idempotent under an `Idempotency-Key` header.
 
 use axum::Json;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use racklift_store::{BmcAction, BmcActionPayload, StoreError};
 use serde::Deserialize;
-use serde_json::json;
+use utoipa::ToSchema;
 
 use crate::AppState;
-use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::auth::{Caller, Operator};
+use crate::error::{ActionBody, ApiError, ErrorBody};
+use crate::openapi::OperatorErrors;
+use crate::views::BmcActionAccepted;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PowerRequest {
-    action: String,
+/// What to do with the server's power.
+#[derive(Deserialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerVerb {
+    On,
+    Off,
+    Cycle,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PowerRequest {
+    action: PowerVerb,
+}
+
+/// What to do with the virtual media.
+#[derive(Deserialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum MediaVerb {
+    Insert,
+    Eject,
+}
+
+/// Insert an image (`image_url` required), or eject (`image_url` refused).
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MediaRequest {
-    action: String,
+    action: MediaVerb,
+    /// The image to insert; only with `insert` (422 otherwise).
+    #[schema(
+        pattern = r"^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$",
+        example = "https://racklift.example.net/media/x/incusos.img"
+    )]
     image_url: Option<String>,
 }
 
-pub fn power_action(req: PowerRequest) -> Result<BmcAction, ApiError> {
-    match req.action.as_str() {
-        "on" => Ok(BmcAction::PowerOn),
-        "off" => Ok(BmcAction::PowerOff),
-        "cycle" => Ok(BmcAction::PowerCycle),
-        other => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_field",
-            format!("power action {other:?} is not one of on, off, cycle"),
-        )
-        .field("action")),
+pub fn power_action(req: PowerRequest) -> BmcAction {
+    match req.action {
+        PowerVerb::On => BmcAction::PowerOn,
+        PowerVerb::Off => BmcAction::PowerOff,
+        PowerVerb::Cycle => BmcAction::PowerCycle,
     }
 }
 
 pub fn media_action(req: MediaRequest) -> Result<BmcAction, ApiError> {
-    match (req.action.as_str(), req.image_url) {
-        ("insert", Some(url)) if url.starts_with("http://") || url.starts_with("https://") => {
-            Ok(BmcAction::InsertMedia { image_url: url })
+    match (req.action, req.image_url) {
+        (MediaVerb::Insert, Some(image_url)) => {
+            crate::validate::http_url("image_url", &image_url)?;
+            Ok(BmcAction::InsertMedia { image_url })
         }
-        ("insert", _) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_field",
+        (MediaVerb::Insert, None) => Err(ApiError::unprocessable(
+            "image_url_required",
+            "image_url",
             "insert needs an http(s) image_url",
-        )
-        .field("image_url")),
-        ("eject", None) => Ok(BmcAction::EjectMedia),
-        ("eject", Some(_)) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_field",
+        )),
+        (MediaVerb::Eject, None) => Ok(BmcAction::EjectMedia),
+        (MediaVerb::Eject, Some(_)) => Err(ApiError::unprocessable(
+            "image_url_unexpected",
+            "image_url",
             "eject takes no image_url",
-        )
-        .field("image_url")),
-        (other, _) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_field",
-            format!("media action {other:?} is not one of insert, eject"),
-        )
-        .field("action")),
+        )),
     }
+}
+
+/// Enqueue a power action as a fenced job on the server's resource key.
+#[utoipa::path(post, path = "/1.0/provisioning/servers/{name}/_action/power", tag = "provisioning",
+    security(("bearer" = ["operator"])),
+    params(("name" = String, Path, description = "Server name"),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
+            description = "1 to 255 visible ASCII characters")),
+    request_body = PowerRequest,
+    responses(
+        (status = 202, description = "Enqueued", body = BmcActionAccepted),
+        (status = 200, description = "The job this Idempotency-Key already made", body = BmcActionAccepted),
+        (status = 404, description = "No such server", body = ErrorBody),
+        (status = 409, description = "A deployment step or another BMC action is running", body = ErrorBody),
+        (status = 422, description = "The server has no BMC configured, or the key was used for another \
+            request", body = ErrorBody),
+        OperatorErrors))]
+pub async fn power(
+    State(state): State<AppState>,
+    Operator(caller): Operator,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    ActionBody(req): ActionBody<PowerRequest>,
+) -> Result<Response, ApiError> {
+    enqueue(&state, &caller, &name, &headers, power_action(req)).await
+}
+
+/// Enqueue a virtual media action (insert with image_url, or eject) as a fenced job.
+#[utoipa::path(post, path = "/1.0/provisioning/servers/{name}/_action/media", tag = "provisioning",
+    security(("bearer" = ["operator"])),
+    params(("name" = String, Path, description = "Server name"),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
+            description = "1 to 255 visible ASCII characters")),
+    request_body = MediaRequest,
+    responses(
+        (status = 202, description = "Enqueued", body = BmcActionAccepted),
+        (status = 200, description = "The job this Idempotency-Key already made", body = BmcActionAccepted),
+        (status = 404, description = "No such server", body = ErrorBody),
+        (status = 409, description = "A deployment step or another BMC action is running", body = ErrorBody),
+        (status = 422, description = "The server has no BMC configured, or the key was used for another \
+            request", body = ErrorBody),
+        OperatorErrors))]
+pub async fn media(
+    State(state): State<AppState>,
+    Operator(caller): Operator,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    ActionBody(req): ActionBody<MediaRequest>,
+) -> Result<Response, ApiError> {
+    let action = media_action(req)?;
+    enqueue(&state, &caller, &name, &headers, action).await
 }
 
 /// Enqueues the action for `name`: 202 with the job id, 200 for a retried request with the same key.
@@ -103,7 +167,11 @@ pub async fn enqueue(
             };
             Ok((
                 status,
-                Json(json!({ "job_id": job_id, "server": name, "action": payload.action })),
+                Json(BmcActionAccepted {
+                    job_id,
+                    server: name.to_owned(),
+                    action: payload.action,
+                }),
             )
                 .into_response())
         }

@@ -5,22 +5,22 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use racklift_store::{NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS, Role, StoreError};
+use racklift_store::{
+    BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS, ProvisioningToken, Seed,
+    StoreError,
+};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiError, Body};
+use crate::auth::{Admin, Operator, Viewer};
+use crate::error::{ApiError, Body, ErrorBody};
+use crate::openapi::{AdminErrors, OperatorErrors, ViewerErrors};
 use crate::servers::conflict_code;
 use crate::validate;
-
-fn to_json<T: serde::Serialize>(v: &T) -> Result<Json<Value>, ApiError> {
-    serde_json::to_value(v)
-        .map(Json)
-        .map_err(|e| ApiError::internal(e.to_string()))
-}
+use crate::views::{PublicAddressView, TokenView};
 
 fn parse_token(s: &str) -> Result<Uuid, ApiError> {
     s.parse().map_err(|_| ApiError::invalid("token", "not a UUID"))
@@ -37,48 +37,69 @@ fn token_not_found(e: StoreError) -> ApiError {
 
 // --- provisioning tokens ----------------------------------------------------------------------------------------
 
-pub async fn list_tokens(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
-    to_json(&state.store.list_tokens().await?)
+/// List provisioning tokens; their values only to operators and admins.
+#[utoipa::path(get, path = "/1.0/tokens", tag = "catalog", security(("bearer" = ["viewer"])),
+    responses((status = 200, description = "Every token", body = Vec<TokenView>), ViewerErrors))]
+pub async fn list_tokens(
+    State(state): State<AppState>,
+    Viewer(caller): Viewer,
+) -> Result<Json<Vec<TokenView>>, ApiError> {
+    let role = caller.0.role;
+    let tokens = state.store.list_tokens().await?;
+    Ok(Json(tokens.iter().map(|t| TokenView::of(t, role)).collect()))
 }
 
+/// Create a provisioning token.
+#[utoipa::path(post, path = "/1.0/tokens", tag = "catalog", security(("bearer" = ["admin"])),
+    request_body = NewToken,
+    responses((status = 201, description = "Created", body = ProvisioningToken), AdminErrors))]
 pub async fn create_token(
     State(state): State<AppState>,
-    caller: Caller,
+    _: Admin,
     Body(new): Body<NewToken>,
 ) -> Result<impl IntoResponse, ApiError> {
-    caller.require(Role::Admin)?;
     if new.uses_remaining < 0 {
         return Err(ApiError::invalid("uses_remaining", "must not be negative"));
     }
     if new.expires_at <= chrono::Utc::now() {
-        return Err(ApiError::invalid("expires_at", "must be in the future"));
+        return Err(ApiError::unprocessable(
+            "expires_in_past",
+            "expires_at",
+            "must be in the future",
+        ));
     }
     let token = state.store.create_token(&new).await?;
-    Ok((StatusCode::CREATED, to_json(&token)?))
+    Ok((StatusCode::CREATED, Json(token)))
 }
 
+/// Show a provisioning token (operators and admins: the token is a credential).
+#[utoipa::path(get, path = "/1.0/tokens/{token}", tag = "catalog", security(("bearer" = ["operator"])),
+    params(("token" = Uuid, Path, description = "The token")),
+    responses(
+        (status = 200, description = "The token", body = ProvisioningToken),
+        (status = 404, description = "No such token", body = ErrorBody),
+        OperatorErrors))]
 pub async fn show_token(
     State(state): State<AppState>,
-    caller: Caller,
+    _: Operator,
     Path(token): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
-    to_json(
-        &state
-            .store
-            .token(parse_token(&token)?)
-            .await
-            .map_err(token_not_found)?,
-    )
+) -> Result<Json<ProvisioningToken>, ApiError> {
+    let token = parse_token(&token)?;
+    Ok(Json(state.store.token(token).await.map_err(token_not_found)?))
 }
 
+/// Delete a provisioning token.
+#[utoipa::path(delete, path = "/1.0/tokens/{token}", tag = "catalog", security(("bearer" = ["admin"])),
+    params(("token" = Uuid, Path, description = "The token")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such token", body = ErrorBody),
+        AdminErrors))]
 pub async fn delete_token(
     State(state): State<AppState>,
-    caller: Caller,
+    _: Admin,
     Path(token): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    caller.require(Role::Admin)?;
     state
         .store
         .delete_token(parse_token(&token)?)
@@ -87,24 +108,38 @@ pub async fn delete_token(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// List a token's seeds (operators and admins: the path names the token).
+#[utoipa::path(get, path = "/1.0/tokens/{token}/seeds", tag = "catalog", security(("bearer" = ["operator"])),
+    params(("token" = Uuid, Path, description = "The token")),
+    responses(
+        (status = 200, description = "The token's seeds", body = Vec<Seed>),
+        (status = 404, description = "No such token", body = ErrorBody),
+        OperatorErrors))]
 pub async fn list_seeds(
     State(state): State<AppState>,
-    caller: Caller,
+    _: Operator,
     Path(token): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
+) -> Result<Json<Vec<Seed>>, ApiError> {
     let token = parse_token(&token)?;
     state.store.token(token).await.map_err(token_not_found)?;
-    to_json(&state.store.seeds(token).await?)
+    Ok(Json(state.store.seeds(token).await?))
 }
 
+/// Create a seed of a token.
+#[utoipa::path(post, path = "/1.0/tokens/{token}/seeds", tag = "catalog", security(("bearer" = ["admin"])),
+    params(("token" = Uuid, Path, description = "The token")),
+    request_body = NewSeed,
+    responses(
+        (status = 201, description = "Created", body = Seed),
+        (status = 404, description = "No such token", body = ErrorBody),
+        (status = 409, description = "The token has a seed of that name", body = ErrorBody),
+        AdminErrors))]
 pub async fn create_seed(
     State(state): State<AppState>,
-    caller: Caller,
+    _: Admin,
     Path(token): Path<String>,
     Body(new): Body<NewSeed>,
 ) -> Result<impl IntoResponse, ApiError> {
-    caller.require(Role::Admin)?;
     let token = parse_token(&token)?;
     validate::name("name", &new.name)?;
     if !(new.install_config.is_null() || new.install_config.is_object()) {
@@ -122,14 +157,19 @@ pub async fn create_seed(
         StoreError::NotFound { .. } => token_not_found(e),
         other => conflict_code(other, "seed_exists", "name"),
     })?;
-    Ok((StatusCode::CREATED, to_json(&seed)?))
+    Ok((StatusCode::CREATED, Json(seed)))
 }
 
 // --- BIOS profiles ----------------------------------------------------------------------------------------------
 
-pub async fn list_profiles(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
-    to_json(&state.store.bios_profiles().await?)
+/// List BIOS profiles.
+#[utoipa::path(get, path = "/1.0/bios-profiles", tag = "catalog", security(("bearer" = ["viewer"])),
+    responses((status = 200, description = "Every profile", body = Vec<BiosProfile>), ViewerErrors))]
+pub async fn list_profiles(
+    State(state): State<AppState>,
+    _: Viewer,
+) -> Result<Json<Vec<BiosProfile>>, ApiError> {
+    Ok(Json(state.store.bios_profiles().await?))
 }
 
 /// Checks a profile's shape up front, so the deploy endpoint can rely on it when resolving a plan.
@@ -177,22 +217,31 @@ fn check_profile(p: &NewBiosProfile) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Create or replace a BIOS profile.
+#[utoipa::path(post, path = "/1.0/bios-profiles", tag = "catalog", security(("bearer" = ["admin"])),
+    request_body = NewBiosProfile,
+    responses((status = 200, description = "Stored", body = BiosProfile), AdminErrors))]
 pub async fn put_profile(
     State(state): State<AppState>,
-    caller: Caller,
+    _: Admin,
     Body(p): Body<NewBiosProfile>,
-) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Admin)?;
+) -> Result<Json<BiosProfile>, ApiError> {
     check_profile(&p)?;
-    to_json(&state.store.put_bios_profile(&p).await?)
+    Ok(Json(state.store.put_bios_profile(&p).await?))
 }
 
+/// Delete a BIOS profile.
+#[utoipa::path(delete, path = "/1.0/bios-profiles/{name}", tag = "catalog", security(("bearer" = ["admin"])),
+    params(("name" = String, Path, description = "Profile name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such profile", body = ErrorBody),
+        AdminErrors))]
 pub async fn delete_profile(
     State(state): State<AppState>,
-    caller: Caller,
+    _: Admin,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    caller.require(Role::Admin)?;
     state
         .store
         .delete_bios_profile(&name)
@@ -208,17 +257,26 @@ pub async fn delete_profile(
 
 // --- images -----------------------------------------------------------------------------------------------------
 
-pub async fn list_images(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
-    to_json(&state.store.images().await?)
+/// List images.
+#[utoipa::path(get, path = "/1.0/images", tag = "catalog", security(("bearer" = ["viewer"])),
+    responses((status = 200, description = "Every image", body = Vec<Image>), ViewerErrors))]
+pub async fn list_images(State(state): State<AppState>, _: Viewer) -> Result<Json<Vec<Image>>, ApiError> {
+    Ok(Json(state.store.images().await?))
 }
 
+/// Register an image file.
+#[utoipa::path(post, path = "/1.0/images", tag = "catalog", security(("bearer" = ["admin"])),
+    request_body = NewImage,
+    responses(
+        (status = 201, description = "Registered", body = Image),
+        (status = 409, description = "An image of that type, architecture and channel exists", body = ErrorBody),
+        (status = 422, description = "The path is outside the images directory", body = ErrorBody),
+        AdminErrors))]
 pub async fn create_image(
     State(state): State<AppState>,
-    caller: Caller,
+    _: Admin,
     Body(i): Body<NewImage>,
 ) -> Result<impl IntoResponse, ApiError> {
-    caller.require(Role::Admin)?;
     validate::non_empty("type", &i.image_type)?;
     validate::non_empty("architecture", &i.architecture)?;
     validate::non_empty("channel", &i.channel)?;
@@ -246,35 +304,53 @@ pub async fn create_image(
         .create_image(&i)
         .await
         .map_err(|e| conflict_code(e, "image_exists", "type"))?;
-    Ok((StatusCode::CREATED, to_json(&image)?))
+    Ok((StatusCode::CREATED, Json(image)))
 }
 
 // --- settings ---------------------------------------------------------------------------------------------------
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PublicAddress {
+    /// An http:// or https:// URL with a host, as BMCs and servers reach the API.
+    #[schema(
+        pattern = r"^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$",
+        example = "https://racklift.example.net:8080"
+    )]
     address: String,
 }
 
+/// The public address media URLs are built from.
+#[utoipa::path(get, path = "/1.0/settings/public-address", tag = "catalog", security(("bearer" = ["viewer"])),
+    responses((status = 200, description = "The address", body = PublicAddressView), ViewerErrors))]
 pub async fn get_public_address(
     State(state): State<AppState>,
-    caller: Caller,
-) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
+    _: Viewer,
+) -> Result<Json<PublicAddressView>, ApiError> {
     let address = state.store.setting(PUBLIC_ADDRESS).await?;
-    Ok(Json(json!({ "address": address })))
+    Ok(Json(PublicAddressView {
+        address: address.as_ref().and_then(Value::as_str).map(str::to_owned),
+    }))
 }
 
+/// Set the public address.
+#[utoipa::path(put, path = "/1.0/settings/public-address", tag = "catalog", security(("bearer" = ["admin"])),
+    request_body = PublicAddress,
+    responses((status = 200, description = "Stored", body = PublicAddressView), AdminErrors))]
 pub async fn put_public_address(
     State(state): State<AppState>,
-    caller: Caller,
+    Admin(caller): Admin,
     Body(p): Body<PublicAddress>,
-) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Admin)?;
+) -> Result<Json<PublicAddressView>, ApiError> {
     validate::http_url("address", &p.address)?;
     // Stored without a trailing slash: URLs are built by appending paths to it.
     let address = p.address.trim_end_matches('/').to_owned();
-    state.store.put_setting(PUBLIC_ADDRESS, &json!(address)).await?;
+    state
+        .store
+        .put_setting(PUBLIC_ADDRESS, &Value::String(address.clone()))
+        .await?;
     tracing::info!(%address, by = caller.name(), "public address set");
-    Ok(Json(json!({ "address": address })))
+    Ok(Json(PublicAddressView {
+        address: Some(address),
+    }))
 }

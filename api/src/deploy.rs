@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
@@ -15,104 +14,95 @@ use racklift_deploy::record::{BiosPlan, SecureBootPlan};
 use racklift_deploy::secure_boot::{AllowOverrides, layer_allow_lists};
 use racklift_deploy::{Deployment, Plan};
 use racklift_redfish::{ErrorClass, MediaSlot};
-use racklift_store::{
-    BiosProfile, Image, NewDeployment, PUBLIC_ADDRESS, Role, Server, ServerStatus, StoreError,
-};
+use racklift_store::{BiosProfile, Image, NewDeployment, PUBLIC_ADDRESS, Server, ServerStatus, StoreError};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::servers::deployment_view;
+use crate::auth::{Caller, Operator};
+use crate::error::{ActionBody, ApiError, ErrorBody};
+use crate::openapi::OperatorErrors;
 use crate::validate;
+use crate::views::DeploymentView;
 
-#[derive(Deserialize)]
+/// What a deployment is made of; every field is optional, the catalog fills in the rest.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DeployRequest {
+pub struct DeployRequest {
+    /// The provisioning token the server registers with.
+    #[schema(value_type = Uuid, required = true)]
     token: Option<String>,
+    /// A seed of that token (default: its only one).
     seed: Option<String>,
+    /// Deploy over an installed OS.
     #[serde(default)]
     force: bool,
     image_type: Option<String>,
     architecture: Option<String>,
     channel: Option<String>,
+    /// The virtual media device, as the BMC names it (default: the one the client picks).
     media_device: Option<String>,
+    /// Leave the BMC's secure boot key databases as they are.
     #[serde(default)]
     skip_secure_boot_certificates: bool,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CancelRequest {
+pub struct CancelRequest {
+    /// Leave the media inserted and the server as it is.
     #[serde(default)]
     skip_cleanup: bool,
     /// Why the operator cancels, kept in the server's event log. Optional: older clients send none.
+    #[schema(pattern = r"\S", max_length = 2000)]
     reason: Option<String>,
 }
 
-/// `POST /1.0/provisioning/servers/{name}/:{action}`: the spec's spelling, same actions.
-pub async fn action_segment(
-    state: State<AppState>,
-    caller: Caller,
-    Path((name, action)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let Some(action) = action.strip_prefix(':') else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "expected {name}/:deploy, /:cancel-deploy, /:power or /:media",
-        ));
-    };
-    action_inner(state, caller, format!("{name}:{action}"), headers, body).await
-}
-
-/// `POST /1.0/provisioning/servers/{name}:{action}`.
-pub async fn action(
-    state: State<AppState>,
-    caller: Caller,
-    Path(name_action): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    action_inner(state, caller, name_action, headers, body).await
-}
-
-async fn action_inner(
+/// Request a deployment after the pre-flight checks. An `Idempotency-Key` retried answers the deployment it made.
+#[utoipa::path(post, path = "/1.0/provisioning/servers/{name}/_action/deploy", tag = "provisioning",
+    security(("bearer" = ["operator"])),
+    params(("name" = String, Path, description = "Server name"),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
+            description = "1 to 255 visible ASCII characters")),
+    request_body = DeployRequest,
+    responses(
+        (status = 202, description = "Deployment created", body = DeploymentView),
+        (status = 200, description = "The deployment this Idempotency-Key already made", body = DeploymentView),
+        (status = 404, description = "No such server", body = ErrorBody),
+        (status = 409, description = "Registered already, or a deployment is running", body = ErrorBody),
+        (status = 422, description = "A pre-flight check failed; `code` names it, `field` the input to change",
+            body = ErrorBody),
+        (status = 502, description = "The BMC could not be read for the pre-flight", body = ErrorBody),
+        OperatorErrors))]
+pub async fn deploy_action(
     State(state): State<AppState>,
-    caller: Caller,
-    name_action: String,
+    Operator(caller): Operator,
+    Path(name): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    ActionBody(req): ActionBody<DeployRequest>,
 ) -> Result<Response, ApiError> {
-    let (name, action) = name_action.split_once(':').ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "expected {name}:deploy, :cancel-deploy, :power or :media",
-        )
-    })?;
-    caller.require(Role::Operator)?;
-    match action {
-        "deploy" => deploy(&state, &caller, name, &headers, validate::action_body(&body)?).await,
-        "cancel-deploy" => cancel(&state, &caller, name, validate::action_body(&body)?).await,
-        "power" => {
-            let action = crate::bmc_actions::power_action(validate::action_body(&body)?)?;
-            crate::bmc_actions::enqueue(&state, &caller, name, &headers, action).await
-        }
-        "media" => {
-            let action = crate::bmc_actions::media_action(validate::action_body(&body)?)?;
-            crate::bmc_actions::enqueue(&state, &caller, name, &headers, action).await
-        }
-        other => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("unknown action {other:?}"),
-        )),
-    }
+    deploy(&state, &caller, &name, &headers, req).await
+}
+
+/// Cancel the running deployment; the reason is kept in the event log.
+#[utoipa::path(post, path = "/1.0/provisioning/servers/{name}/_action/cancel-deploy", tag = "provisioning",
+    security(("bearer" = ["operator"])),
+    params(("name" = String, Path, description = "Server name")),
+    request_body(content = Option<CancelRequest>, description = "Optional; an empty body is {}"),
+    responses(
+        (status = 202, description = "Cancel requested", body = DeploymentView),
+        (status = 404, description = "No such server", body = ErrorBody),
+        (status = 409, description = "No deployment is running", body = ErrorBody),
+        OperatorErrors))]
+pub async fn cancel_action(
+    State(state): State<AppState>,
+    Operator(caller): Operator,
+    Path(name): Path<String>,
+    ActionBody(req): ActionBody<CancelRequest>,
+) -> Result<Response, ApiError> {
+    cancel(&state, &caller, &name, req).await
 }
 
 fn not_found_as(code: &'static str, status: StatusCode, field: &str) -> impl FnOnce(StoreError) -> ApiError {
@@ -153,7 +143,8 @@ async fn deploy(
     if let Some(key) = &key
         && let Some(existing) = store.deployment_by_idempotency_key(name, key).await?
     {
-        return Ok((StatusCode::OK, Json(deployment_view(store, &existing).await?)).into_response());
+        let view = DeploymentView::of(store, &existing, caller.0.role).await?;
+        return Ok((StatusCode::OK, Json(view)).into_response());
     }
     if server.status == ServerStatus::Registered {
         return Err(ApiError::new(
@@ -310,7 +301,8 @@ async fn deploy(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(deployment_view(store, &record).await?)).into_response())
+    let view = DeploymentView::of(store, &record, caller.0.role).await?;
+    Ok((status, Json(view)).into_response())
 }
 
 /// The newest image matching every filter the request gives.
@@ -373,6 +365,8 @@ pub fn allow_overrides(v: &Value) -> Option<AllowOverrides> {
                     verdicts.insert(Fingerprint(fp.as_str()?.to_owned()), Some(true));
                 }
             }
+            // No rules for this database: the built-in set alone.
+            Value::Null => continue,
             Value::Object(o) => {
                 for (fp, verdict) in o {
                     let verdict = match verdict {
@@ -535,64 +529,7 @@ async fn cancel(
     );
     Ok((
         StatusCode::ACCEPTED,
-        Json(deployment_view(&state.store, &record).await?),
+        Json(DeploymentView::of(&state.store, &record, caller.0.role).await?),
     )
         .into_response())
-}
-
-#[derive(Deserialize)]
-pub struct RegisterQuery {
-    token: Option<String>,
-}
-
-/// `POST /1.0/provisioning/servers?token=UUID`: the installed OS announces itself. Authenticated by the
-/// provisioning token alone (the OS has no API token), which is why it is exempt from bearer auth.
-pub async fn register(
-    State(state): State<AppState>,
-    Query(q): Query<RegisterQuery>,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let details: Value = validate::action_body(&body)?;
-    if !details.is_object() {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_body",
-            "expected a JSON object",
-        ));
-    }
-    let name = details
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::invalid("name", "required"))?
-        .to_owned();
-    validate::name("name", &name)?;
-    let invalid_token = || {
-        ApiError::new(
-            StatusCode::FORBIDDEN,
-            "invalid_token",
-            "unknown, spent or expired provisioning token",
-        )
-        .field("token")
-    };
-    let token_text = q
-        .token
-        .or_else(|| details.get("token").and_then(Value::as_str).map(str::to_owned))
-        .ok_or_else(invalid_token)?;
-    let token: Uuid = token_text.parse().map_err(|_| invalid_token())?;
-    // The registration record is shown to viewers; the provisioning token is a credential.
-    let mut details = details;
-    if let Some(o) = details.as_object_mut() {
-        o.remove("token");
-    }
-    match state
-        .store
-        .register_server(&state.queue, token, &name, &details)
-        .await?
-    {
-        Some(server) => {
-            tracing::info!(server = %server, "server registered");
-            Ok(Json(json!({ "name": server, "registered": true })))
-        }
-        None => Err(invalid_token()),
-    }
 }

@@ -12,18 +12,21 @@ mod deploy;
 mod error;
 mod media;
 mod metrics;
-mod openapi;
+pub mod openapi;
+mod registration;
+mod routes;
 mod servers;
 mod triage;
+mod triage_actions;
 mod ui;
 mod validate;
+mod views;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
 use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
@@ -120,71 +123,27 @@ impl AppState {
 /// The whole API as a router. Media reads are recorded in memory; [`serve`] flushes them.
 pub fn router(state: AppState) -> Router {
     let limit = state.config.body_limit_bytes;
-    let api = Router::new()
-        .route("/servers", get(servers::list).post(servers::create))
-        .route(
-            "/servers/{name}",
-            get(servers::show).patch(servers::update).delete(servers::remove),
-        )
-        .route("/servers/{name}/events", get(servers::events))
-        .route("/tokens", get(catalog::list_tokens).post(catalog::create_token))
-        .route(
-            "/tokens/{token}",
-            get(catalog::show_token).delete(catalog::delete_token),
-        )
-        .route(
-            "/tokens/{token}/seeds",
-            get(catalog::list_seeds).post(catalog::create_seed),
-        )
-        .route(
-            "/bios-profiles",
-            get(catalog::list_profiles).post(catalog::put_profile),
-        )
-        .route("/bios-profiles/{name}", delete(catalog::delete_profile))
-        .route("/images", get(catalog::list_images).post(catalog::create_image))
-        .route(
-            "/settings/public-address",
-            get(catalog::get_public_address).put(catalog::put_public_address),
-        )
-        .route("/provisioning/servers", post(deploy::register))
-        // A segment cannot mix a capture with literal text in axum 0.8, so `{name}:deploy` is captured whole
-        // and split on `:` (a character server names cannot contain).
-        .route("/provisioning/servers/{name_action}", post(deploy::action))
-        .route(
-            "/provisioning/servers/{name}/{action}",
-            post(deploy::action_segment),
-        )
-        .route("/deadletters", get(triage::list))
-        .route("/deadletters/groups", get(triage::groups))
-        // `{id}` for reads, `{id}:retry`, `{id}:discard`, `{id}:cancel` for actions (split on `:` like deploy).
-        .route("/deadletters/{id_action}", get(triage::show).post(triage::action))
-        .route("/deadletters:bulk-retry", post(triage::bulk_retry))
-        .route("/stuck", get(triage::stuck))
-        .route("/stats/state-durations", get(triage::state_durations))
-        .route("/openapi.json", get(openapi::document));
+    let (api, streams, _) = routes::split();
     // Everything but the media streams answers within the request timeout (408 past it).
-    let timed = Router::new()
-        .nest("/1.0", api)
-        .route("/metrics", get(metrics::serve_metrics))
+    let timed = api
         // The operator dashboard (HTML, cookie session); see `ui`.
         .nest("/ui", ui::router())
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             state.config.request_timeout,
         ));
-    Router::new()
+    let inner = Router::new()
         .merge(timed)
-        .route(
-            "/media/{secret}/{file}",
-            get(media::serve_media).head(media::serve_media),
-        )
+        .merge(streams)
         .fallback(error::not_found)
         .layer(RequestBodyTimeoutLayer::new(state.config.body_timeout))
         .layer(axum::middleware::from_fn(error::reject_nul))
         // The limit sits inside the error rewriter so its plain-text 413 gets the error shape too.
         .layer(RequestBodyLimitLayer::new(limit))
         .layer(axum::middleware::map_response(error::json_errors))
-        .with_state(state)
+        .with_state(state);
+    // Action paths (`…/s1:deploy`) are rewritten before routing, which only a service around the router can do.
+    Router::new().fallback_service(tower::ServiceExt::map_request(inner, openapi::action_rewrite))
 }
 
 /// Serves the API on `listener` until `shutdown` fires, with the media read flusher alongside; the flusher

@@ -24,7 +24,7 @@ use tokio_util::io::ReaderStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 
 /// More ranges than this in one request is abuse, not a BMC.
 const MAX_RANGES: usize = 64;
@@ -153,6 +153,18 @@ fn header_value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
 }
 
+/// The installation image of a running deployment, for its BMC: byte ranges (RFC 9110), HEAD for the size.
+/// The path's secret is the capability; it stops working when the deployment ends.
+#[utoipa::path(method(get, head), path = "/media/{secret}/{file}", tag = "service",
+    params(("secret" = String, Path, description = "The deployment's media secret"),
+        ("file" = String, Path, description = "Any file name (BMCs want an extension)"),
+        ("Range" = Option<String>, Header, description = "bytes=…")),
+    responses(
+        (status = 200, description = "The whole image", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 206, description = "The ranges asked for", content_type = "application/octet-stream",
+            body = Vec<u8>),
+        (status = 404, description = "Unknown or finished deployment", body = ErrorBody),
+        (status = 416, description = "No range is satisfiable", body = ErrorBody)))]
 pub async fn serve_media(
     State(state): State<AppState>,
     Path((secret, _file)): Path<(String, String)>,

@@ -10,6 +10,10 @@ use crate::AppState;
 /// The kinds the API enqueues: their queue gauges read 0 rather than nothing while the queue has none.
 const KINDS: &[&str] = &[racklift_store::STEP_KIND, racklift_store::BMC_ACTION_KIND];
 
+/// Prometheus metrics (public: counts only).
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain; version=0.0.4",
+        body = String)))]
 pub async fn serve_metrics(State(state): State<AppState>) -> Response {
     racklift_metrics::scrape(async move {
         if let Err(error) = state.store.sample_gauges(&state.queue, KINDS).await {

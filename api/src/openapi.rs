@@ -1,396 +1,206 @@
-//! `GET /1.0/openapi.json`: an OpenAPI 3.1 description, hand-maintained as JSON rather than derived: the
-//! handlers answer `serde_json::Value` views (passwords reduced to "set"), which derive macros would not
-//! describe faithfully anyway. Keep [`PATHS`] in step with `router` in lib.rs.
+//! The OpenAPI document, derived from the handlers: every route is registered through [`crate::routes`] with the
+//! `#[utoipa::path]` of its handler, so the router and the document are built from one list and cannot drift.
+//! The committed `api/openapi.json` is this document; a test fails when they differ.
+//!
+//! Action routes are spelled `{name}:deploy` (spec 000) but routed as `{name}/_action/deploy`, because a route
+//! segment cannot mix a capture with literal text: [`action_rewrite`] maps the first to the second before
+//! routing, and [`document`] names the public spelling.
 
 use axum::Json;
-use serde_json::{Value, json};
+use axum::extract::Request;
+use axum::http::Uri;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{OpenApi as Document, Paths};
+use utoipa::{IntoResponses, Modify, OpenApi};
 
-/// One operation: method, the role it needs, summary.
-type Operation = (&'static str, &'static str, &'static str);
+use crate::error::ErrorBody;
 
-/// Every path the router serves, with its operations and the role each needs.
-pub const PATHS: &[(&str, &[Operation])] = &[
-    (
-        "/1.0/servers",
-        &[
-            ("get", "viewer", "List servers"),
-            ("post", "admin", "Create a server"),
-        ],
-    ),
-    (
-        "/1.0/servers/{name}",
-        &[
-            (
-                "get",
-                "viewer",
-                "Show a server with its status and newest deployment",
-            ),
-            ("patch", "admin", "Update a server's BMC settings"),
-            ("delete", "admin", "Delete a server without a running deployment"),
-        ],
-    ),
-    (
-        "/1.0/servers/{name}/events",
-        &[("get", "viewer", "A server's events after ?after=ID")],
-    ),
-    (
-        "/1.0/tokens",
-        &[
-            ("get", "viewer", "List provisioning tokens"),
-            ("post", "admin", "Create a provisioning token"),
-        ],
-    ),
-    (
-        "/1.0/tokens/{token}",
-        &[
-            ("get", "viewer", "Show a provisioning token"),
-            ("delete", "admin", "Delete a provisioning token"),
-        ],
-    ),
-    (
-        "/1.0/tokens/{token}/seeds",
-        &[
-            ("get", "viewer", "List a token's seeds"),
-            ("post", "admin", "Create a token seed"),
-        ],
-    ),
-    (
-        "/1.0/bios-profiles",
-        &[
-            ("get", "viewer", "List BIOS profiles"),
-            ("post", "admin", "Create or replace a BIOS profile"),
-        ],
-    ),
-    (
-        "/1.0/bios-profiles/{name}",
-        &[("delete", "admin", "Delete a BIOS profile")],
-    ),
-    (
-        "/1.0/images",
-        &[
-            ("get", "viewer", "List images"),
-            ("post", "admin", "Register an image"),
-        ],
-    ),
-    (
-        "/1.0/settings/public-address",
-        &[
-            ("get", "viewer", "The public address media URLs are built from"),
-            ("put", "admin", "Set the public address"),
-        ],
-    ),
-    (
-        "/1.0/provisioning/servers",
-        &[(
-            "post",
-            "provisioning token",
-            "Registration callback of the installed OS (?token=UUID)",
-        )],
-    ),
-    (
-        "/1.0/provisioning/servers/{name}:deploy",
-        &[(
-            "post",
-            "operator",
-            "Request a deployment after the pre-flight checks (Idempotency-Key honoured)",
-        )],
-    ),
-    (
-        "/1.0/provisioning/servers/{name}:cancel-deploy",
-        &[(
-            "post",
-            "operator",
-            "Cancel the running deployment; optional body {skip_cleanup, reason}, the reason kept in the event log",
-        )],
-    ),
-    (
-        "/1.0/provisioning/servers/{name}:power",
-        &[(
-            "post",
-            "operator",
-            "Enqueue a power action (on, off, cycle) as a fenced job",
-        )],
-    ),
-    (
-        "/1.0/provisioning/servers/{name}:media",
-        &[(
-            "post",
-            "operator",
-            "Enqueue a virtual media action (insert with image_url, eject) as a fenced job",
-        )],
-    ),
-    (
-        "/1.0/provisioning/servers/{name}/{action}",
-        &[(
-            "post",
-            "operator",
-            "The same actions spelled /:deploy, /:cancel-deploy, /:power, /:media",
-        )],
-    ),
-    (
-        "/1.0/deadletters",
-        &[(
-            "get",
-            "viewer",
-            "Dead letters, newest first: {items: [DeadLetter], next_cursor}",
-        )],
-    ),
-    (
-        "/1.0/deadletters/groups",
-        &[(
-            "get",
-            "viewer",
-            "Dead letter counts per (operation, error_class, message_id, vendor, state): {groups, total}",
-        )],
-    ),
-    (
-        "/1.0/deadletters/{id}",
-        &[(
-            "get",
-            "viewer",
-            "One dead letter: {dead_letter, deployment, timeline, live_job, actions}",
-        )],
-    ),
-    (
-        "/1.0/deadletters/{id}:retry",
-        &[(
-            "post",
-            "operator",
-            "Retry: a failed deployment resumes in from_state (default: where it failed) with a fresh budget; a BMC action is enqueued again",
-        )],
-    ),
-    (
-        "/1.0/deadletters/{id}:discard",
-        &[("post", "operator", "Mark a dead letter discarded, with a note")],
-    ),
-    (
-        "/1.0/deadletters/{id}:cancel",
-        &[(
-            "post",
-            "operator",
-            "Cancel the dead letter's deployment, with the eject / power-off clean up or without",
-        )],
-    ),
-    (
-        "/1.0/deadletters:bulk-retry",
-        &[(
-            "post",
-            "operator",
-            "Retry the open dead letters a filter matches: {bulk_id, matched, retried, skipped, skipped_items, more}",
-        )],
-    ),
-    (
-        "/1.0/stuck",
-        &[(
-            "get",
-            "viewer",
-            "Live deployments past their state's budget (?all=true: every live one): {items}",
-        )],
-    ),
-    (
-        "/1.0/stats/state-durations",
-        &[(
-            "get",
-            "viewer",
-            "p50 / p95 / max seconds per state and vendor over deployments started in ?window_hours= (default 168), \
-             with each state's budget: {window_hours, items}",
-        )],
-    ),
-    ("/1.0/openapi.json", &[("get", "none", "This document")]),
-    (
-        "/metrics",
-        &[(
-            "get",
-            "none",
-            "Prometheus metrics (also the liveness and readiness probe)",
-        )],
-    ),
-    (
-        "/media/{secret}/{file}",
-        &[
-            ("get", "media secret", "The installation image (HTTP Range)"),
-            ("head", "media secret", "Image headers"),
-        ],
-    ),
-];
+/// The internal segment an action is routed under.
+pub const ACTION_SEGMENT: &str = "/_action/";
 
-fn parameters(path: &str) -> Value {
-    let names: Vec<&str> = path
-        .split('{')
-        .skip(1)
-        .filter_map(|s| s.split('}').next())
-        .collect();
-    Value::Array(
-        names
-            .into_iter()
-            .map(|n| json!({ "name": n, "in": "path", "required": true, "schema": { "type": "string" } }))
-            .collect(),
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "racklift API",
+        description = "Deploys IncusOS onto bare-metal servers through their BMCs. Every mutating request becomes \
+            durable jobs; errors carry a stable `code` and the offending `field`."
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "servers", description = "The server catalog"),
+        (name = "catalog", description = "Provisioning tokens, seeds, BIOS profiles, images, settings"),
+        (name = "provisioning", description = "Deployments, ad-hoc BMC actions and registration"),
+        (name = "triage", description = "Dead letters and stuck work"),
+        (name = "service", description = "Metrics, install media and this document"),
     )
-}
+)]
+pub struct ApiDoc;
 
-pub fn spec() -> Value {
-    let error = json!({
-        "type": "object",
-        "required": ["error"],
-        "properties": { "error": {
-            "type": "object",
-            "required": ["code", "message", "field"],
-            "properties": {
-                "code": { "type": "string" },
-                "message": { "type": "string" },
-                "field": { "type": ["string", "null"] }
-            }
-        }}
-    });
-    let mut paths = serde_json::Map::new();
-    for (path, ops) in PATHS {
-        let mut item = serde_json::Map::new();
-        for (method, role, summary) in *ops {
-            item.insert(
-                (*method).to_owned(),
-                json!({
-                    "summary": summary,
-                    "description": format!("Requires: {role}."),
-                    "parameters": parameters(path),
-                    "responses": {
-                        "2XX": { "description": "Success", "content": { "application/json": {} } },
-                        "default": { "description": "Error", "content": { "application/json": {
-                            "schema": { "$ref": "#/components/schemas/Error" } } } }
-                    }
-                }),
-            );
-        }
-        paths.insert((*path).to_owned(), Value::Object(item));
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, doc: &mut Document) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API token (`racklift token create`). The scopes of an operation's requirement name \
+                         the least role it needs: viewer < operator < admin.",
+                    ))
+                    .build(),
+            ),
+        );
     }
-    triage_details(&mut paths);
-    json!({
-        "openapi": "3.1.0",
-        "info": { "title": "racklift API", "version": env!("CARGO_PKG_VERSION") },
-        "paths": paths,
-        "components": {
-            "schemas": { "Error": error },
-            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } }
-        },
-        "security": [{ "bearer": [] }]
-    })
 }
 
-/// Public: a client needs the document before it has a token.
-pub async fn document() -> Json<Value> {
-    Json(spec())
+/// The answers every viewer-level operation can give besides its own.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub enum ViewerErrors {
+    /// Missing, malformed or unknown API token.
+    #[response(status = 401)]
+    Unauthenticated(ErrorBody),
+    /// A parameter or the body is malformed; `field` names it.
+    #[response(status = 400)]
+    Invalid(ErrorBody),
+    /// Well-formed, but what it names cannot be carried out (a text holding a character the database cannot
+    /// store, a value naming nothing known); `code` says which, `field` names it.
+    #[response(status = 422)]
+    Unprocessable(ErrorBody),
 }
 
-/// Query parameters and request bodies of the triage operations, which the generic entries above do not carry.
-fn triage_details(paths: &mut serde_json::Map<String, Value>) {
-    let q = |name: &str, ty: &str, description: &str| json!({ "name": name, "in": "query", "required": false, "schema": { "type": ty }, "description": description });
-    let filters = || {
-        vec![
-            q(
-                "operation",
-                "string",
-                "deployment, bmc_action, rolling_reboot, rolling_update",
-            ),
-            q("error_class", "string", "the error class the work died with"),
-            q("message_id", "string", "Redfish MessageId of the last BMC error"),
-            q("vendor", "string", "the server's vendor_hint"),
-            q("state", "string", "the deployment state the work failed in"),
-            q("server", "string", "server name"),
-            q("min_age_secs", "integer", "dead for at least this long"),
-            q(
-                "status",
-                "string",
-                "open (default), retried, discarded, resolved, canceled",
-            ),
-        ]
+/// The answers every operator-level operation can give besides its own.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub enum OperatorErrors {
+    /// Missing, malformed or unknown API token.
+    #[response(status = 401)]
+    Unauthenticated(ErrorBody),
+    /// The token's role is below operator.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// A parameter or the body is malformed; `field` names it.
+    #[response(status = 400)]
+    Invalid(ErrorBody),
+    /// Well-formed, but what it names cannot be carried out (a text holding a character the database cannot
+    /// store, a value naming nothing known); `code` says which, `field` names it.
+    #[response(status = 422)]
+    Unprocessable(ErrorBody),
+}
+
+/// The answers every admin-level operation can give besides its own.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub enum AdminErrors {
+    /// Missing, malformed or unknown API token.
+    #[response(status = 401)]
+    Unauthenticated(ErrorBody),
+    /// The token's role is below admin.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// A parameter or the body is malformed; `field` names it.
+    #[response(status = 400)]
+    Invalid(ErrorBody),
+    /// The body is not JSON.
+    #[response(status = 415)]
+    UnsupportedMediaType(ErrorBody),
+    /// Well-formed, but what it names cannot be carried out (a text holding a character the database cannot
+    /// store, a value naming nothing known); `code` says which, `field` names it.
+    #[response(status = 422)]
+    Unprocessable(ErrorBody),
+}
+
+/// Renames the routed action paths (`…/{name}/_action/deploy`) to their public spelling (`…/{name}:deploy`).
+pub fn publish(mut doc: Document) -> Document {
+    let mut paths = Paths::new();
+    for (path, item) in std::mem::take(&mut doc.paths.paths) {
+        paths.paths.insert(path.replace(ACTION_SEGMENT, ":"), item);
+    }
+    doc.paths = paths;
+    doc
+}
+
+/// Maps an action's public path to the routed one before routing: `…/s1:deploy` and the spec's other spelling
+/// `…/s1/:deploy` both become `…/s1/_action/deploy`, and `/1.0/deadletters:bulk-retry`
+/// `/1.0/deadletters/_action/bulk-retry`. Only the last segment is looked at; other paths pass unchanged.
+pub fn action_rewrite(mut request: Request) -> Request {
+    let uri = request.uri();
+    let path = uri.path();
+    let Some(slash) = path.rfind('/') else {
+        return request;
     };
-    let mut list = filters();
-    list.push(q("limit", "integer", "page size, 1 to 500 (default 50)"));
-    list.push(q("cursor", "string", "next_cursor of the previous page"));
-    let mut groups = filters();
-    groups.push(q(
-        "limit",
-        "integer",
-        "at most this many groups, 1 to 1000 (default 1000)",
-    ));
-    let reason =
-        json!({ "type": "string", "description": "why; recorded with the caller's token name and role" });
-    let filter = json!({ "type": "object", "additionalProperties": false, "properties": {
-        "operation": { "type": "string" }, "error_class": { "type": "string" }, "message_id": { "type": "string" },
-        "vendor": { "type": "string" }, "state": { "type": "string" }, "server": { "type": "string" },
-        "min_age_secs": { "type": "integer", "minimum": 0 } } });
-    let body = |required: &[&str], properties: Value| {
-        json!({ "required": true, "content": { "application/json": { "schema": {
-            "type": "object", "additionalProperties": false, "required": required, "properties": properties } } } })
+    let (head, last) = path.split_at(slash + 1);
+    let Some(colon) = last.find(':') else {
+        return request;
     };
-    let details = [
-        ("/1.0/deadletters", "get", "parameters", Value::Array(list)),
-        (
-            "/1.0/deadletters/groups",
-            "get",
-            "parameters",
-            Value::Array(groups),
-        ),
-        (
-            "/1.0/stuck",
-            "get",
-            "parameters",
-            json!([q("all", "boolean", "include live deployments on track")]),
-        ),
-        (
-            "/1.0/stats/state-durations",
-            "get",
-            "parameters",
-            json!([q(
-                "window_hours",
-                "integer",
-                "deployments started this many hours back (1 to 8784)"
-            )]),
-        ),
-        (
-            "/1.0/deadletters/{id}:retry",
-            "post",
-            "requestBody",
-            body(
-                &["reason"],
-                json!({ "reason": reason, "from_state": { "type": "string",
-                    "description": "the failed state or an earlier trigger; deployments only" } }),
+    let (target, action) = (&last[..colon], &last[colon + 1..]);
+    if action.is_empty() {
+        return request;
+    }
+    let routed = if target.is_empty() {
+        format!("{}{ACTION_SEGMENT}{action}", head.trim_end_matches('/'))
+    } else {
+        format!("{head}{target}{ACTION_SEGMENT}{action}")
+    };
+    let with_query = match uri.query() {
+        Some(q) => format!("{routed}?{q}"),
+        None => routed,
+    };
+    if let Ok(rewritten) = with_query.parse::<Uri>() {
+        let mut parts = uri.clone().into_parts();
+        parts.path_and_query = rewritten.path_and_query().cloned();
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+    request
+}
+
+/// The document as served and committed.
+pub fn document() -> Document {
+    crate::routes::split().2
+}
+
+/// `GET /1.0/openapi.json`. Public: a client needs the document before it has a token.
+#[utoipa::path(get, path = "/1.0/openapi.json", tag = "service",
+    responses((status = 200, description = "This document (OpenAPI 3.1)", content_type = "application/json",
+        body = Object)))]
+pub async fn serve_document() -> Json<Document> {
+    Json(document())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn action_paths_are_routed_under_the_action_segment() {
+        for (public, routed) in [
+            (
+                "/1.0/provisioning/servers/s1:deploy",
+                "/1.0/provisioning/servers/s1/_action/deploy",
             ),
-        ),
-        (
-            "/1.0/deadletters/{id}:discard",
-            "post",
-            "requestBody",
-            body(&["note"], json!({ "note": reason })),
-        ),
-        (
-            "/1.0/deadletters/{id}:cancel",
-            "post",
-            "requestBody",
-            body(
-                &["reason"],
-                json!({ "reason": reason, "skip_cleanup": { "type": "boolean", "default": false } }),
+            (
+                "/1.0/provisioning/servers/s1/:power?x=1",
+                "/1.0/provisioning/servers/s1/_action/power?x=1",
             ),
-        ),
-        (
-            "/1.0/deadletters:bulk-retry",
-            "post",
-            "requestBody",
-            body(
-                &["reason", "filter"],
-                json!({ "reason": reason, "filter": filter,
-                        "limit": { "type": "integer", "minimum": 1, "maximum": 1000, "default": 100 } }),
+            (
+                "/1.0/deadletters:bulk-retry",
+                "/1.0/deadletters/_action/bulk-retry",
             ),
-        ),
-    ];
-    for (path, method, key, value) in details {
-        let Some(op) = paths.get_mut(path).and_then(|p| p.get_mut(method)) else {
-            continue;
-        };
-        match (key, op.get_mut(key)) {
-            ("parameters", Some(Value::Array(existing))) => {
-                existing.extend(value.as_array().cloned().unwrap_or_default());
-            }
-            _ => op[key] = value,
+            ("/1.0/deadletters/12:retry", "/1.0/deadletters/12/_action/retry"),
+            ("/1.0/servers/s1", "/1.0/servers/s1"),
+            ("/1.0/servers/s1:", "/1.0/servers/s1:"),
+            ("/media/a:b/c", "/media/a:b/c"),
+        ] {
+            let request = Request::builder()
+                .uri(public)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            assert_eq!(action_rewrite(request).uri().to_string(), routed, "{public}");
         }
     }
 }

@@ -1,72 +1,19 @@
 //! `/1.0/servers`: the server catalog and each server's status, newest deployment and event log.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use racklift_store::{DeploymentRecord, NewServer, Role, Server, ServerUpdate, Store};
+use racklift_store::{Event, NewServer, ServerUpdate};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use utoipa::IntoParams;
 
 use crate::AppState;
-use crate::auth::Caller;
-use crate::error::{ApiError, Body};
+use crate::auth::{Admin, Viewer};
+use crate::error::{ApiError, Body, ErrorBody};
+use crate::openapi::{AdminErrors, ViewerErrors};
 use crate::validate;
-
-/// A server as answered. The password reference is reduced to "set": even a reference tells an attacker
-/// where to look.
-pub fn server_view(s: &Server) -> Value {
-    let mut v = json!({
-        "name": s.name,
-        "bmc_address": s.bmc_address,
-        "bmc_username": s.bmc_username,
-        "bmc_cert_pin": s.bmc_cert_pin,
-        "bmc_insecure": s.bmc_insecure,
-        "allow_plain_http": s.allow_plain_http,
-        "vendor_hint": s.vendor_hint,
-        "status": s.status.as_str(),
-        "status_detail": s.status_detail,
-        "registered_at": s.registered_at,
-        "created_at": s.created_at,
-        "updated_at": s.updated_at,
-    });
-    if s.bmc_password_ref.is_some() {
-        v["bmc_password_ref"] = json!("set");
-    }
-    v
-}
-
-/// A deployment as answered: the machine's progress plus the media read progress recorded so far.
-pub async fn deployment_view(store: &Store, d: &DeploymentRecord) -> Result<Value, ApiError> {
-    let m = &d.deployment.machine;
-    let (readers, last_read_at) = store.media_progress(d.id).await?;
-    // The API does not know which address the BMC reads from; the largest reader is the useful number.
-    let media_bytes_read = readers.values().map(|r| r.total()).max();
-    Ok(json!({
-        "id": d.id,
-        "server": d.server,
-        "state": m.state.name(),
-        "attempts": m.retries,
-        "started_at": m.started_at,
-        "state_entered_at": m.state_entered_at,
-        "finished_at": d.finished_at,
-        "first_error": m.first_error,
-        "last_error": m.last_error,
-        "media_bytes_read": media_bytes_read,
-        "media_last_read_at": last_read_at,
-        "media_size": d.deployment.plan.image_size_bytes,
-        "media_slot": d.media_slot,
-        "image_id": d.image_id,
-        "token": d.token,
-        "seed": d.seed,
-        "force": d.deployment.plan.force,
-        // Which catalog entries the snapshotted BIOS plan came from; they may have changed since.
-        "bios_profiles": d.deployment.plan.bios_profiles,
-        "cancel": d.cancel,
-        "requested_by": d.requested_by,
-        "created_at": d.created_at,
-    }))
-}
+use crate::views::{DeploymentView, ServerDetail, ServerView};
 
 fn check_bmc_fields(
     state: &AppState,
@@ -119,18 +66,28 @@ fn check_plain_http(address: &str, allowed: bool) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
+/// List servers.
+#[utoipa::path(get, path = "/1.0/servers", tag = "servers", security(("bearer" = ["viewer"])),
+    responses((status = 200, description = "Every server", body = Vec<ServerView>), ViewerErrors))]
+pub async fn list(State(state): State<AppState>, _: Viewer) -> Result<Json<Vec<ServerView>>, ApiError> {
     let servers = state.store.list_servers().await?;
-    Ok(Json(Value::Array(servers.iter().map(server_view).collect())))
+    Ok(Json(servers.iter().map(ServerView::of).collect()))
 }
 
+/// Create a server.
+#[utoipa::path(post, path = "/1.0/servers", tag = "servers", security(("bearer" = ["admin"])),
+    request_body = NewServer,
+    responses(
+        (status = 201, description = "Created", body = ServerView),
+        (status = 409, description = "A server of that name exists", body = ErrorBody),
+        (status = 422, description = "A plain http:// BMC without allow_plain_http, or a password reference \
+            outside the secrets directory", body = ErrorBody),
+        AdminErrors))]
 pub async fn create(
     State(state): State<AppState>,
-    caller: Caller,
+    Admin(caller): Admin,
     Body(new): Body<NewServer>,
 ) -> Result<impl IntoResponse, ApiError> {
-    caller.require(Role::Admin)?;
     validate::name("name", &new.name)?;
     check_bmc_fields(
         &state,
@@ -145,7 +102,7 @@ pub async fn create(
         .await
         .map_err(|e| conflict_code(e, "server_exists", "name"))?;
     tracing::info!(server = %server.name, by = caller.name(), "server created");
-    Ok((StatusCode::CREATED, Json(server_view(&server))))
+    Ok((StatusCode::CREATED, Json(ServerView::of(&server))))
 }
 
 /// A store conflict answered with a specific code naming the field.
@@ -167,28 +124,45 @@ fn server_not_found(e: racklift_store::StoreError) -> ApiError {
     }
 }
 
+/// Show a server with its status and newest deployment.
+#[utoipa::path(get, path = "/1.0/servers/{name}", tag = "servers", security(("bearer" = ["viewer"])),
+    params(("name" = String, Path, description = "Server name")),
+    responses(
+        (status = 200, description = "The server", body = ServerDetail),
+        (status = 404, description = "No such server", body = ErrorBody),
+        ViewerErrors))]
 pub async fn show(
     State(state): State<AppState>,
-    caller: Caller,
+    Viewer(caller): Viewer,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
+) -> Result<Json<ServerDetail>, ApiError> {
     let server = state.store.server(&name).await.map_err(server_not_found)?;
-    let mut v = server_view(&server);
-    v["deployment"] = match state.store.latest_deployment(&name).await? {
-        Some(d) => deployment_view(&state.store, &d).await?,
-        None => Value::Null,
+    let deployment = match state.store.latest_deployment(&name).await? {
+        Some(d) => Some(DeploymentView::of(&state.store, &d, caller.0.role).await?),
+        None => None,
     };
-    Ok(Json(v))
+    Ok(Json(ServerDetail {
+        server: ServerView::of(&server),
+        deployment,
+    }))
 }
 
+/// Update a server's BMC settings; absent fields keep their value.
+#[utoipa::path(patch, path = "/1.0/servers/{name}", tag = "servers", security(("bearer" = ["admin"])),
+    params(("name" = String, Path, description = "Server name")),
+    request_body = ServerUpdate,
+    responses(
+        (status = 200, description = "Updated", body = ServerView),
+        (status = 404, description = "No such server", body = ErrorBody),
+        (status = 422, description = "A plain http:// BMC without allow_plain_http, or a password reference \
+            outside the secrets directory", body = ErrorBody),
+        AdminErrors))]
 pub async fn update(
     State(state): State<AppState>,
-    caller: Caller,
+    Admin(caller): Admin,
     Path(name): Path<String>,
     Body(u): Body<ServerUpdate>,
-) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Admin)?;
+) -> Result<Json<ServerView>, ApiError> {
     check_bmc_fields(
         &state,
         u.bmc_address.as_deref(),
@@ -208,15 +182,22 @@ pub async fn update(
         .await
         .map_err(server_not_found)?;
     tracing::info!(server = %name, by = caller.name(), "server updated");
-    Ok(Json(server_view(&server)))
+    Ok(Json(ServerView::of(&server)))
 }
 
+/// Delete a server without a running deployment.
+#[utoipa::path(delete, path = "/1.0/servers/{name}", tag = "servers", security(("bearer" = ["admin"])),
+    params(("name" = String, Path, description = "Server name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such server", body = ErrorBody),
+        (status = 409, description = "A deployment is running", body = ErrorBody),
+        AdminErrors))]
 pub async fn remove(
     State(state): State<AppState>,
-    caller: Caller,
+    Admin(caller): Admin,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    caller.require(Role::Admin)?;
     state.store.delete_server(&name).await.map_err(|e| match e {
         racklift_store::StoreError::Conflict { .. } => {
             ApiError::new(StatusCode::CONFLICT, "deployment_running", e.to_string()).field("name")
@@ -227,24 +208,39 @@ pub async fn remove(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
+    /// Only events with a larger id.
     #[serde(default)]
+    #[param(minimum = 0)]
     after: i64,
+    /// At most this many (default 500).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
+/// A server's events after `?after=ID`, oldest first.
+#[utoipa::path(get, path = "/1.0/servers/{name}/events", tag = "servers", security(("bearer" = ["viewer"])),
+    params(("name" = String, Path, description = "Server name"), EventsQuery),
+    responses(
+        (status = 200, description = "Events", body = Vec<Event>),
+        (status = 404, description = "No such server", body = ErrorBody),
+        ViewerErrors))]
 pub async fn events(
     State(state): State<AppState>,
-    caller: Caller,
+    _: Viewer,
     Path(name): Path<String>,
-    Query(q): Query<EventsQuery>,
-) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
+    crate::error::Params(q): crate::error::Params<EventsQuery>,
+) -> Result<Json<Vec<Event>>, ApiError> {
     state.store.server(&name).await.map_err(server_not_found)?;
-    let limit = q.limit.unwrap_or(500).clamp(1, 1000);
-    let events = state.store.events(&name, q.after, limit).await?;
-    Ok(Json(
-        serde_json::to_value(events).map_err(|e| ApiError::internal(e.to_string()))?,
-    ))
+    let limit = q.limit.unwrap_or(500);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::invalid("limit", "must be 1 to 1000"));
+    }
+    if q.after < 0 {
+        return Err(ApiError::invalid("after", "must not be negative"));
+    }
+    Ok(Json(state.store.events(&name, q.after, limit).await?))
 }

@@ -7,49 +7,53 @@
 //! recorded with the caller's token name and role. Every answer passes through [`racklift_store::redact`]: the
 //! queue stores whatever context a handler gave it, so nothing secret is trusted to be absent.
 
-use std::collections::BTreeMap;
-
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use racklift_store::{Cursor, DeadLetterFilter, Role, TriageError, TriageStatus, redact};
-use serde::Deserialize;
+use racklift_store::{Cursor, DeadLetterFilter, TriageError, TriageStatus, redact};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
-use crate::auth::Caller;
-use crate::error::ApiError;
-use crate::servers::deployment_view;
-use crate::validate::action_body;
+use crate::auth::Viewer;
+use crate::error::{ApiError, ErrorBody, Params};
+use crate::openapi::ViewerErrors;
+use crate::views::DeploymentView;
 
 /// Operations whose dead letters can be listed; rolling runs are named ahead of their handlers.
 const OPERATIONS: &[&str] = &["deployment", "bmc_action", "rolling_reboot", "rolling_update"];
 const DEFAULT_PAGE: i64 = 50;
 const MAX_PAGE: i64 = 500;
 const MAX_GROUPS: i64 = 1000;
-const DEFAULT_BULK: u64 = 100;
-const MAX_BULK: u64 = 1000;
+pub(crate) const DEFAULT_BULK: u64 = 100;
+pub(crate) const MAX_BULK: u64 = 1000;
 /// Reasons and notes are for people; a page of text is plenty.
 const MAX_REASON: usize = 2000;
 
 /// The filter of a bulk retry's body, and the query of the lists once parsed.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct FilterSpec {
+pub(crate) struct FilterSpec {
+    #[schema(value_type = Option<Operation>)]
     operation: Option<String>,
+    #[schema(min_length = 1, max_length = 200)]
     error_class: Option<String>,
+    #[schema(min_length = 1, max_length = 200)]
     message_id: Option<String>,
+    #[schema(min_length = 1, max_length = 200)]
     vendor: Option<String>,
+    /// A deployment state's name (422 `unknown_state` otherwise).
     state: Option<String>,
+    #[schema(min_length = 1, max_length = 200)]
     server: Option<String>,
+    #[schema(minimum = 0, maximum = 315360000)]
     min_age_secs: Option<i64>,
 }
 
 impl FilterSpec {
     /// Checks every field, naming it (with `prefix`, e.g. `filter.`) when it is wrong.
-    fn validate(self, prefix: &str, status: TriageStatus) -> Result<DeadLetterFilter, ApiError> {
+    pub(crate) fn validate(self, prefix: &str, status: TriageStatus) -> Result<DeadLetterFilter, ApiError> {
         let text = |name: &str, v: Option<String>| -> Result<Option<String>, ApiError> {
             match v {
                 Some(v) if v.is_empty() || v.len() > 200 => Err(ApiError::invalid(
@@ -70,7 +74,8 @@ impl FilterSpec {
         if let Some(state) = &self.state
             && state.parse::<racklift_deploy::State>().is_err()
         {
-            return Err(ApiError::invalid(
+            return Err(ApiError::unprocessable(
+                "unknown_state",
                 &format!("{prefix}state"),
                 format!("{state:?} is not a deployment state"),
             ));
@@ -96,7 +101,7 @@ impl FilterSpec {
         })
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         [
             &self.operation,
             &self.error_class,
@@ -110,132 +115,235 @@ impl FilterSpec {
     }
 }
 
-/// The query of the list and group endpoints: the filters, `status`, and `limit` / `cursor` where `paged`.
-/// Unknown parameters are refused, so a misspelt filter is an error rather than silently everything.
-fn parse_query(
-    mut q: BTreeMap<String, String>,
-    paged: bool,
-) -> Result<(DeadLetterFilter, i64, Option<Cursor>), ApiError> {
-    let int = |name: &str, v: Option<String>| -> Result<Option<i64>, ApiError> {
-        v.map(|s| {
-            s.parse::<i64>()
-                .map_err(|_| ApiError::invalid(name, format!("{s:?} is not an integer")))
-        })
-        .transpose()
+macro_rules! filter_query {
+    ($(#[$doc:meta])* $name:ident { $($extra:tt)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Default, Deserialize, IntoParams)]
+        #[serde(deny_unknown_fields)]
+        #[into_params(parameter_in = Query)]
+        pub struct $name {
+            /// The kind of work.
+            #[param(value_type = Option<Operation>)]
+            operation: Option<String>,
+            /// The error class the work died with.
+            #[param(min_length = 1, max_length = 200)]
+            error_class: Option<String>,
+            /// Redfish MessageId of the last BMC error.
+            #[param(min_length = 1, max_length = 200)]
+            message_id: Option<String>,
+            /// The server's vendor_hint.
+            #[param(min_length = 1, max_length = 200)]
+            vendor: Option<String>,
+            /// The deployment state the work failed in (422 `unknown_state` for a name that is none).
+            state: Option<String>,
+            /// Server name.
+            #[param(min_length = 1, max_length = 200)]
+            server: Option<String>,
+            /// Dead for at least this long.
+            #[param(minimum = 0, maximum = 315360000)]
+            min_age_secs: Option<i64>,
+            /// Default open.
+            #[param(value_type = Option<Status>)]
+            status: Option<String>,
+            $($extra)*
+        }
+
+        impl $name {
+            fn filter(&self) -> Result<DeadLetterFilter, ApiError> {
+                let status = match &self.status {
+                    None => TriageStatus::Open,
+                    Some(s) => TriageStatus::parse(s).ok_or_else(|| {
+                        ApiError::invalid(
+                            "status",
+                            format!("{s:?} is not one of open, retried, discarded, resolved, canceled"),
+                        )
+                    })?,
+                };
+                FilterSpec {
+                    operation: self.operation.clone(),
+                    error_class: self.error_class.clone(),
+                    message_id: self.message_id.clone(),
+                    vendor: self.vendor.clone(),
+                    state: self.state.clone(),
+                    server: self.server.clone(),
+                    min_age_secs: self.min_age_secs,
+                }
+                .validate("", status)
+            }
+        }
     };
-    let spec = FilterSpec {
-        operation: q.remove("operation"),
-        error_class: q.remove("error_class"),
-        message_id: q.remove("message_id"),
-        vendor: q.remove("vendor"),
-        state: q.remove("state"),
-        server: q.remove("server"),
-        min_age_secs: int("min_age_secs", q.remove("min_age_secs"))?,
-    };
-    let status = match q.remove("status") {
-        None => TriageStatus::Open,
-        Some(s) => TriageStatus::parse(&s).ok_or_else(|| {
-            ApiError::invalid(
-                "status",
-                format!("{s:?} is not one of open, retried, discarded, resolved, canceled"),
-            )
-        })?,
-    };
-    let max = if paged { MAX_PAGE } else { MAX_GROUPS };
-    let limit = int("limit", q.remove("limit"))?.unwrap_or(if paged { DEFAULT_PAGE } else { MAX_GROUPS });
-    if !(1..=max).contains(&limit) {
-        return Err(ApiError::invalid("limit", format!("must be 1 to {max}")));
-    }
-    let cursor = match q.remove("cursor") {
-        Some(c) if paged => Some(
-            Cursor::decode(&c)
-                .ok_or_else(|| ApiError::invalid("cursor", "not a cursor this list handed out"))?,
-        ),
-        Some(_) => return Err(ApiError::invalid("cursor", "groups are not paged")),
-        None => None,
-    };
-    if let Some(unknown) = q.keys().next() {
-        return Err(ApiError::invalid(unknown, "unknown query parameter"));
-    }
-    Ok((spec.validate("", status)?, limit, cursor))
 }
 
-fn to_json(v: impl serde::Serialize) -> Result<Value, ApiError> {
+/// The operations whose dead letters are kept (the schema of `operation`).
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum Operation {
+    Deployment,
+    BmcAction,
+    RollingReboot,
+    RollingUpdate,
+}
+
+/// Where a dead letter is in its triage (the schema of `status`).
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum Status {
+    Open,
+    Retried,
+    Discarded,
+    Resolved,
+    Canceled,
+}
+
+filter_query!(
+    /// The query of `GET /1.0/deadletters`: filters, then a page.
+    ListQuery {
+        /// Page size (default 50).
+        #[param(minimum = 1, maximum = 500)]
+        limit: Option<i64>,
+        /// `next_cursor` of the previous page.
+        cursor: Option<String>,
+    }
+);
+
+filter_query!(
+    /// The query of `GET /1.0/deadletters/groups`.
+    GroupsQuery {
+        /// At most this many groups (default 1000).
+        #[param(minimum = 1, maximum = 1000)]
+        limit: Option<i64>,
+    }
+);
+
+fn limit(v: Option<i64>, default: i64, max: i64) -> Result<i64, ApiError> {
+    let limit = v.unwrap_or(default);
+    if (1..=max).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(ApiError::invalid("limit", format!("must be 1 to {max}")))
+    }
+}
+
+pub(crate) fn to_json(v: impl serde::Serialize) -> Result<Value, ApiError> {
     let mut v = serde_json::to_value(v).map_err(|e| ApiError::internal(e.to_string()))?;
     redact(&mut v);
     Ok(v)
 }
 
-/// `GET /1.0/deadletters`: a page, newest first.
+/// A page of dead letters, newest first.
+#[utoipa::path(get, path = "/1.0/deadletters", tag = "triage", security(("bearer" = ["viewer"])),
+    params(ListQuery),
+    responses((status = 200, description = "`items` and `next_cursor`", body = Object), ViewerErrors))]
 pub async fn list(
     State(state): State<AppState>,
-    caller: Caller,
-    Query(q): Query<BTreeMap<String, String>>,
+    _: Viewer,
+    Params(q): Params<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
-    let (filter, limit, cursor) = parse_query(q, true)?;
+    let filter = q.filter()?;
+    let limit = limit(q.limit, DEFAULT_PAGE, MAX_PAGE)?;
+    let cursor = q
+        .cursor
+        .as_deref()
+        .map(|c| {
+            Cursor::decode(c).ok_or_else(|| {
+                ApiError::unprocessable("unknown_cursor", "cursor", "not a cursor this list handed out")
+            })
+        })
+        .transpose()?;
     let page = state.store.dead_letters(&filter, cursor, limit).await?;
     Ok(Json(to_json(page)?))
 }
 
-/// `GET /1.0/deadletters/groups`: counts per (operation, error class, MessageId, vendor, state).
+/// Dead-letter counts per operation, error class, MessageId, vendor and state.
+#[utoipa::path(get, path = "/1.0/deadletters/groups", tag = "triage", security(("bearer" = ["viewer"])),
+    params(GroupsQuery),
+    responses((status = 200, description = "The groups", body = GroupsView), ViewerErrors))]
 pub async fn groups(
     State(state): State<AppState>,
-    caller: Caller,
-    Query(q): Query<BTreeMap<String, String>>,
+    _: Viewer,
+    Params(q): Params<GroupsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
-    let (filter, limit, _) = parse_query(q, false)?;
+    let filter = q.filter()?;
+    let limit = limit(q.limit, MAX_GROUPS, MAX_GROUPS)?;
     let groups = state.store.dead_letter_groups(&filter, limit).await?;
     let total: i64 = groups.iter().map(|g| g.count).sum();
-    Ok(Json(to_json(json!({ "groups": groups, "total": total }))?))
+    Ok(Json(to_json(GroupsView { groups, total })?))
 }
 
-/// `GET /1.0/stuck?all=`: live deployments past their state's budget (with `all=true`, every live one).
+#[derive(Serialize, ToSchema)]
+pub struct GroupsView {
+    #[schema(value_type = Vec<Object>)]
+    groups: Vec<racklift_store::DeadLetterGroup>,
+    total: i64,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct StuckQuery {
+    /// Include live deployments on track.
+    #[serde(default)]
+    all: bool,
+}
+
+/// Live deployments past their state's budget (with `all=true`, every live one).
+#[utoipa::path(get, path = "/1.0/stuck", tag = "triage", security(("bearer" = ["viewer"])),
+    params(StuckQuery),
+    responses((status = 200, description = "`items`", body = Object), ViewerErrors))]
 pub async fn stuck(
     State(state): State<AppState>,
-    caller: Caller,
-    Query(mut q): Query<BTreeMap<String, String>>,
+    _: Viewer,
+    Params(q): Params<StuckQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
-    let all = match q.remove("all").as_deref() {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "all",
-                format!("{other:?} is not true or false"),
-            ));
-        }
-    };
-    if let Some(unknown) = q.keys().next() {
-        return Err(ApiError::invalid(unknown, "unknown query parameter"));
-    }
-    let items = state.store.stuck_deployments(&state.config.deploy, all).await?;
-    Ok(Json(to_json(json!({ "items": items }))?))
+    let items = state.store.stuck_deployments(&state.config.deploy, q.all).await?;
+    Ok(Json(to_json(ItemsView { items })?))
+}
+
+#[derive(Serialize)]
+struct ItemsView<T> {
+    items: T,
+}
+
+#[derive(Serialize)]
+struct DurationsView<T> {
+    window_hours: i64,
+    items: T,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DurationsQuery {
+    /// Deployments started this many hours back (default a week).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 8784)]
+    window_hours: Option<String>,
 }
 
 /// The default and largest window of `/1.0/stats/state-durations`, in hours.
 const DEFAULT_WINDOW_HOURS: i64 = 24 * 7;
 const MAX_WINDOW_HOURS: i64 = 24 * 366;
 
-/// `GET /1.0/stats/state-durations?window_hours=`: p50 / p95 / max time per state and vendor over the
-/// deployments started in the window, beside each state's budget, for tuning timeouts.
+/// p50 / p95 / max time per state and vendor over the deployments started in the window, beside each state's
+/// budget, for tuning timeouts.
+#[utoipa::path(get, path = "/1.0/stats/state-durations", tag = "triage", security(("bearer" = ["viewer"])),
+    params(DurationsQuery),
+    responses((status = 200, description = "`window_hours` and `items`", body = Object), ViewerErrors))]
 pub async fn state_durations(
     State(state): State<AppState>,
-    caller: Caller,
-    Query(mut q): Query<BTreeMap<String, String>>,
+    _: Viewer,
+    Params(q): Params<DurationsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
-    let hours = window_hours(q.remove("window_hours"))?;
-    if let Some(unknown) = q.keys().next() {
-        return Err(ApiError::invalid(unknown, "unknown query parameter"));
-    }
+    let hours = window_hours(q.window_hours)?;
     let items = state
         .store
         .state_durations(hours * 3600, &state.config.deploy)
         .await?;
-    Ok(Json(to_json(json!({ "window_hours": hours, "items": items }))?))
+    Ok(Json(to_json(DurationsView {
+        window_hours: hours,
+        items,
+    })?))
 }
 
 /// `window_hours` as given (1 to a year), or a week.
@@ -254,21 +362,26 @@ pub fn window_hours(v: Option<String>) -> Result<i64, ApiError> {
         })
 }
 
-fn parse_id(s: &str) -> Result<i64, ApiError> {
+pub(crate) fn parse_id(s: &str) -> Result<i64, ApiError> {
     s.parse::<i64>()
         .ok()
         .filter(|id| *id > 0)
         .ok_or_else(|| ApiError::invalid("id", format!("{s:?} is not a dead letter id")))
 }
 
-/// `GET /1.0/deadletters/{id}`: the dead letter, its deployment (state, machine, plan, facts, last error, media
-/// progress, where it may be resumed), its timeline, the server's live job and lease, and the actions so far.
+/// The dead letter, its deployment (state, machine, plan, facts, last error, media progress, where it may be
+/// resumed), its timeline, the server's live job and lease, and the actions so far.
+#[utoipa::path(get, path = "/1.0/deadletters/{id}", tag = "triage", security(("bearer" = ["viewer"])),
+    params(("id" = i64, Path, minimum = 1, description = "Dead letter id")),
+    responses(
+        (status = 200, description = "The dead letter in detail", body = Object),
+        (status = 404, description = "No such dead letter", body = ErrorBody),
+        ViewerErrors))]
 pub async fn show(
     State(state): State<AppState>,
-    caller: Caller,
+    Viewer(caller): Viewer,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require(Role::Viewer)?;
     let id = parse_id(&id)?;
     let detail = state.store.dead_letter_detail(id).await.map_err(|e| match e {
         racklift_store::StoreError::NotFound { .. } => not_found(id),
@@ -277,7 +390,7 @@ pub async fn show(
     let deployment = match &detail.deployment {
         Some(d) => {
             let m = &d.deployment.machine;
-            let mut v = deployment_view(&state.store, d).await?;
+            let mut v = to_json(DeploymentView::of(&state.store, d, caller.0.role).await?)?;
             v["seq"] = json!(m.seq);
             v["machine"] = to_json(m)?;
             v["plan"] = to_json(&d.deployment.plan)?;
@@ -317,7 +430,7 @@ fn not_found(id: i64) -> ApiError {
 }
 
 /// A store refusal as answered: the code names the cause, the field what to change.
-fn triage_error(e: TriageError) -> ApiError {
+pub(crate) fn triage_error(e: TriageError) -> ApiError {
     let e = match e {
         TriageError::Store(inner) => return inner.into(),
         TriageError::NotFound { id } => return not_found(id),
@@ -360,149 +473,4 @@ pub(crate) fn reason(field: &str, v: Option<String>) -> Result<String, ApiError>
         )),
         Some(r) => Ok(r.to_owned()),
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RetryBody {
-    reason: Option<String>,
-    from_state: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DiscardBody {
-    note: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CancelBody {
-    reason: Option<String>,
-    #[serde(default)]
-    skip_cleanup: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BulkBody {
-    reason: Option<String>,
-    filter: Option<FilterSpec>,
-    limit: Option<u64>,
-}
-
-/// `POST /1.0/deadletters/{id}:retry | :discard | :cancel`. A segment cannot mix a capture with literal text in
-/// axum, so `{id}:{action}` is captured whole and split on `:`.
-pub async fn action(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id_action): Path<String>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let Some((id, action)) = id_action.split_once(':') else {
-        return Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "POST needs an action: {id}:retry, {id}:discard or {id}:cancel",
-        ));
-    };
-    if !matches!(action, "retry" | "discard" | "cancel") {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no action {action:?}; expected retry, discard or cancel"),
-        ));
-    }
-    let token = caller.require(Role::Operator)?;
-    let id = parse_id(id)?;
-    match action {
-        "retry" => {
-            let b: RetryBody = action_body(&body)?;
-            let why = reason("reason", b.reason)?;
-            let from_state = b
-                .from_state
-                .map(|s| {
-                    s.parse::<racklift_deploy::State>().map_err(|_| {
-                        ApiError::invalid("from_state", format!("{s:?} is not a deployment state"))
-                    })
-                })
-                .transpose()?;
-            let r = state
-                .store
-                .retry_dead_letter(&state.queue, id, token, &why, from_state)
-                .await
-                .map_err(triage_error)?;
-            tracing::info!(dead_letter_id = id, server = ?r.server, deployment_id = ?r.deployment_id,
-                job_id = r.job_id, state = ?r.state, by = caller.name(), "dead letter retried");
-            Ok((StatusCode::ACCEPTED, Json(to_json(r)?)).into_response())
-        }
-        "discard" => {
-            let b: DiscardBody = action_body(&body)?;
-            let note = reason("note", b.note)?;
-            let action_id = state
-                .store
-                .discard_dead_letter(id, token, &note)
-                .await
-                .map_err(triage_error)?;
-            tracing::info!(dead_letter_id = id, by = caller.name(), "dead letter discarded");
-            let v = json!({ "dead_letter_id": id, "triage_status": "discarded", "action_id": action_id });
-            Ok(Json(v).into_response())
-        }
-        _ => {
-            let b: CancelBody = action_body(&body)?;
-            let why = reason("reason", b.reason)?;
-            let c = state
-                .store
-                .cancel_dead_letter(&state.queue, id, token, &why, b.skip_cleanup)
-                .await
-                .map_err(triage_error)?;
-            tracing::info!(dead_letter_id = id, deployment_id = c.deployment_id, job_id = ?c.job_id,
-                skip_cleanup = c.skip_cleanup, by = caller.name(), "deployment of dead letter canceled");
-            let status = if c.job_id.is_some() {
-                StatusCode::ACCEPTED
-            } else {
-                StatusCode::OK
-            };
-            Ok((status, Json(to_json(c)?)).into_response())
-        }
-    }
-}
-
-/// `POST /1.0/deadletters:bulk-retry`: retries the open dead letters a filter matches (at least one grouping
-/// key must be set, so a bare request cannot retry everything), up to `limit`.
-pub async fn bulk_retry(
-    State(state): State<AppState>,
-    caller: Caller,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let token = caller.require(Role::Operator)?;
-    let b: BulkBody = action_body(&body)?;
-    let why = reason("reason", b.reason)?;
-    let spec = b.filter.unwrap_or_default();
-    if spec.is_empty() {
-        return Err(ApiError::unprocessable(
-            "filter_required",
-            "filter",
-            "name the group to retry: at least one of operation, error_class, message_id, vendor, state, server",
-        ));
-    }
-    let filter = spec.validate("filter.", TriageStatus::Open)?;
-    let limit = b.limit.unwrap_or(DEFAULT_BULK);
-    if !(1..=MAX_BULK).contains(&limit) {
-        return Err(ApiError::invalid("limit", format!("must be 1 to {MAX_BULK}")));
-    }
-    let r = state
-        .store
-        .bulk_retry(&state.queue, &filter, token, &why, limit)
-        .await
-        .map_err(triage_error)?;
-    tracing::info!(
-        bulk_id = r.bulk_id,
-        matched = r.matched,
-        retried = r.retried,
-        skipped = r.skipped,
-        by = caller.name(),
-        "dead letters bulk retried"
-    );
-    Ok(Json(to_json(r)?))
 }

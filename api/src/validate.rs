@@ -1,23 +1,9 @@
 //! Input checks shared by the handlers. They mirror the database's CHECK constraints so a bad value is a 400
 //! naming the field instead of a constraint violation surfacing as a 500.
 
-use axum::body::Bytes;
-use axum::http::{StatusCode, Uri};
-use serde::de::DeserializeOwned;
+use axum::http::Uri;
 
 use crate::error::ApiError;
-
-/// The JSON body of an action endpoint (`…:deploy`, `…/{id}:retry`, …). Actions are parsed after routing because
-/// the body's shape depends on the action; an empty body is `{}`.
-pub fn action_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        body
-    };
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()))
-}
 
 /// `^[a-z0-9][a-z0-9._-]{0,62}$`, the name rule of servers, seeds and BIOS profiles.
 pub fn name(field: &str, value: &str) -> Result<(), ApiError> {

@@ -82,8 +82,8 @@ async fn errors_have_one_shape() {
     api.stop().await;
 }
 
-/// A NUL where PostgreSQL stores text, and numbers past what an interval holds, are the client's mistakes: 400
-/// naming where they were, never 500.
+/// A NUL where PostgreSQL stores text (422 `invalid_text`), and numbers past what an interval holds (400), are the
+/// client's mistakes, answered naming where they were, never 500.
 async fn no_input_reaches_a_500(api: &Api) {
     for (path, secret, where_) in [
         ("/media/%00/x", None, "path"),
@@ -93,7 +93,7 @@ async fn no_input_reaches_a_500(api: &Api) {
         ("/1.0/deadletters?server=a%00", Some(VIEWER), "query"),
     ] {
         let (s, v) = common::read(api.req(Method::GET, path, secret).send().await.unwrap()).await;
-        assert_eq!((s, field(&v)), (400, Some(where_)), "{path}: {v}");
+        assert_eq!((s, field(&v)), (422, Some(where_)), "{path}: {v}");
     }
     let huge = "/1.0/deadletters?min_age_secs=9223372036854775807";
     let (s, v) = api.call(Method::GET, huge, VIEWER, None).await;
@@ -109,7 +109,7 @@ async fn no_input_reaches_a_500(api: &Api) {
     assert_eq!(s, 400, "{v}");
     let nul = json!({ "name": "nul1", "bmc_username": "ro\u{0}ot" });
     let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(nul)).await;
-    assert_eq!((s, code(&v)), (400, "invalid_text"), "{v}");
+    assert_eq!((s, code(&v)), (422, "invalid_text"), "{v}");
 }
 
 #[tokio::test]
@@ -202,10 +202,25 @@ async fn catalog_round_trip_and_validation() {
         .await;
     assert_eq!(s, 201);
     let token = t["token"].as_str().unwrap().to_owned();
+    // The token is a credential: viewers see that it exists, operators and admins what it is.
     let (s, _) = api
         .call(Method::GET, &format!("/1.0/tokens/{token}"), VIEWER, None)
         .await;
+    assert_eq!(s, 403);
+    let (s, _) = api
+        .call(Method::GET, &format!("/1.0/tokens/{token}"), OPERATOR, None)
+        .await;
     assert_eq!(s, 200);
+    for (secret, shown) in [
+        (VIEWER, None),
+        (OPERATOR, Some(token.as_str())),
+        (ADMIN, Some(token.as_str())),
+    ] {
+        let (s, list) = api.call(Method::GET, "/1.0/tokens", secret, None).await;
+        assert_eq!(s, 200);
+        assert_eq!(list[0]["token"].as_str(), shown, "{list}");
+        assert_eq!(list[0]["uses_remaining"], 3);
+    }
     let seeds = format!("/1.0/tokens/{token}/seeds");
     let (s, v) = api
         .call(
@@ -225,8 +240,10 @@ async fn catalog_round_trip_and_validation() {
         )
         .await;
     assert_eq!(s, 201);
-    let (s, v) = api.call(Method::GET, &seeds, VIEWER, None).await;
+    let (s, v) = api.call(Method::GET, &seeds, OPERATOR, None).await;
     assert_eq!((s, v.as_array().map(Vec::len)), (200, Some(1)));
+    let (s, _) = api.call(Method::GET, &seeds, VIEWER, None).await;
+    assert_eq!(s, 403, "the path names the token");
 
     // BIOS profiles.
     let (s, v) = api

@@ -105,7 +105,7 @@ impl FromStr for Pin {
         };
         let (kind, hex) = s.split_once(':').ok_or_else(|| bad("expected <kind>:<hex>"))?;
         let hex: String = hex.chars().filter(|c| *c != ':').collect();
-        if hex.len() != 64 {
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad("expected 32 bytes of hex"));
         }
         let mut digest = [0u8; 32];

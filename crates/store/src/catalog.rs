@@ -54,7 +54,7 @@ pub struct ApiTokenInfo {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct ProvisioningToken {
     pub token: Uuid,
     pub description: String,
@@ -63,15 +63,18 @@ pub struct ProvisioningToken {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NewToken {
     #[serde(default)]
     pub description: String,
+    #[schema(minimum = 0)]
     pub uses_remaining: i32,
+    /// Must be in the future.
     pub expires_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Seed {
     pub token: Uuid,
     pub name: String,
@@ -87,16 +90,20 @@ impl Seed {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NewSeed {
+    #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$", example = "rack1-node07")]
     pub name: String,
     #[serde(default)]
     pub public: bool,
+    /// A JSON object; `force_reboot` (boolean) makes the server reboot on its own at the end of install stage 1.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub install_config: Value,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct BiosProfile {
     pub name: String,
     pub match_rules: Value,
@@ -108,22 +115,83 @@ pub struct BiosProfile {
     pub updated_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NewBiosProfile {
+    #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$", example = "rack1-node07")]
     pub name: String,
+    /// Which servers the profile applies to.
     #[serde(default)]
+    #[schema(value_type = Option<MatchRules>)]
     pub match_rules: Value,
     #[serde(default)]
     pub priority: i32,
+    /// BIOS attribute name to a boolean, an integer or a string.
     #[serde(default)]
+    #[schema(value_type = Option<HashMap<String, AttributeValue>>)]
     pub attributes: Value,
+    /// As `attributes`, applied after the install.
     #[serde(default)]
+    #[schema(value_type = Option<HashMap<String, AttributeValue>>)]
     pub deferred_attributes: Value,
+    /// Which certificates each UEFI key database allows, on top of the built-in set.
     #[serde(default)]
+    #[schema(value_type = Option<SecureBootRules>)]
     pub secure_boot: Value,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow)]
+/// The schema of a BIOS attribute's value (stored as JSON).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum AttributeValue {
+    Bool(bool),
+    Integer(i64),
+    String(String),
+}
+
+/// The schema of a BIOS profile's `secure_boot` (stored as JSON): per key database, a list of SHA-256
+/// fingerprints to allow, or fingerprints mapped to allow (true), refuse (false) or leave to the built-in set
+/// (null).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code, non_snake_case)]
+pub struct SecureBootRules {
+    #[serde(default)]
+    PK: KeyDbRules,
+    #[serde(default)]
+    KEK: KeyDbRules,
+    #[serde(default)]
+    db: KeyDbRules,
+    #[serde(default)]
+    dbx: KeyDbRules,
+}
+
+#[derive(Default, Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum KeyDbRules {
+    #[default]
+    #[schema(title = "none")]
+    None,
+    Allow(Vec<String>),
+    Verdicts(std::collections::HashMap<String, Option<bool>>),
+}
+
+/// The schema of a BIOS profile's `match_rules` (stored as JSON).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct MatchRules {
+    /// The server's vendor hint.
+    #[serde(default)]
+    vendor: String,
+    /// A prefix of the server's name.
+    #[serde(default)]
+    name_prefix: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Image {
     pub id: i64,
     #[serde(rename = "type")]
@@ -137,14 +205,22 @@ pub struct Image {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NewImage {
     #[serde(rename = "type")]
+    #[schema(pattern = r"^\S(.*\S)?$", example = "iso")]
     pub image_type: String,
+    #[schema(pattern = r"^\S(.*\S)?$", example = "x86_64")]
     pub architecture: String,
+    #[schema(pattern = r"^\S(.*\S)?$", example = "stable")]
     pub channel: String,
+    /// A file inside the images directory.
+    #[schema(pattern = "^/")]
     pub path: String,
+    #[schema(minimum = 0)]
     pub size_bytes: i64,
+    #[schema(pattern = "^[0-9a-f]{64}$")]
     pub sha256: String,
 }
 

@@ -7,7 +7,7 @@ use sqlx::PgExecutor;
 
 use crate::{Store, StoreError};
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Event {
     pub id: i64,
     pub server: String,
@@ -15,6 +15,7 @@ pub struct Event {
     pub at: DateTime<Utc>,
     pub kind: String,
     pub fence: Option<i64>,
+    #[schema(value_type = Object)]
     pub detail: Value,
 }
 

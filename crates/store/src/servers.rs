@@ -101,14 +101,30 @@ impl From<ServerRow> for Server {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NewServer {
+    #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$", example = "rack1-node07")]
     pub name: String,
+    /// The BMC's Redfish root, `https://HOST[:PORT]`; `http://` only with `allow_plain_http`.
     #[serde(default)]
+    #[schema(
+        pattern = r"^$|^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$",
+        example = "https://10.0.40.7"
+    )]
     pub bmc_address: String,
     #[serde(default)]
     pub bmc_username: String,
+    /// A reference to the password, never the password: `file:NAME` inside the secrets directory or
+    /// `env:RACKLIFT_SECRET_…`.
+    #[schema(
+        pattern = r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*)$",
+        example = "file:bmc-rack1"
+    )]
     pub bmc_password_ref: Option<String>,
+    /// SHA-256 of the BMC's certificate (`cert-sha256:` or `sha256:`) or of its public key (`spki-sha256:`), hex
+    /// with optional `:` separators, for a self-signed certificate.
+    #[schema(pattern = r"^(cert-sha256|sha256|spki-sha256):(:*[0-9a-fA-F]){64}:*$")]
     pub bmc_cert_pin: Option<String>,
     #[serde(default)]
     pub bmc_insecure: bool,
@@ -119,11 +135,17 @@ pub struct NewServer {
 }
 
 /// A partial update: absent fields keep their value.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ServerUpdate {
+    #[schema(
+        pattern = r"^$|^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$"
+    )]
     pub bmc_address: Option<String>,
     pub bmc_username: Option<String>,
+    #[schema(pattern = r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*)$")]
     pub bmc_password_ref: Option<String>,
+    #[schema(pattern = r"^(cert-sha256|sha256|spki-sha256):(:*[0-9a-fA-F]){64}:*$")]
     pub bmc_cert_pin: Option<String>,
     pub bmc_insecure: Option<bool>,
     pub allow_plain_http: Option<bool>,

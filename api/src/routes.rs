@@ -1,0 +1,62 @@
+//! Every route of the API, each registered with its handler's `#[utoipa::path]`: the router and the OpenAPI
+//! document come from this one list, so a route cannot be served undocumented, and the auth matrix test (which
+//! walks the document) cannot miss one.
+
+use axum::Router;
+use utoipa::OpenApi;
+use utoipa::openapi::OpenApi as Document;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::openapi::{ApiDoc, publish};
+use crate::{
+    AppState, bmc_actions, catalog, deploy, media, metrics, openapi, registration, servers, triage,
+    triage_actions,
+};
+
+/// The operations the request deadline covers (everything but the media streams), and the media streams.
+pub(crate) struct Routes {
+    pub timed: OpenApiRouter<AppState>,
+    pub streams: OpenApiRouter<AppState>,
+}
+
+pub(crate) fn routes() -> Routes {
+    let timed = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(servers::list, servers::create))
+        .routes(routes!(servers::show, servers::update, servers::remove))
+        .routes(routes!(servers::events))
+        .routes(routes!(catalog::list_tokens, catalog::create_token))
+        .routes(routes!(catalog::show_token, catalog::delete_token))
+        .routes(routes!(catalog::list_seeds, catalog::create_seed))
+        .routes(routes!(catalog::list_profiles, catalog::put_profile))
+        .routes(routes!(catalog::delete_profile))
+        .routes(routes!(catalog::list_images, catalog::create_image))
+        .routes(routes!(catalog::get_public_address, catalog::put_public_address))
+        .routes(routes!(registration::register))
+        .routes(routes!(deploy::deploy_action))
+        .routes(routes!(deploy::cancel_action))
+        .routes(routes!(bmc_actions::power))
+        .routes(routes!(bmc_actions::media))
+        .routes(routes!(triage::list))
+        .routes(routes!(triage::groups))
+        .routes(routes!(triage::show))
+        .routes(routes!(triage_actions::retry))
+        .routes(routes!(triage_actions::discard))
+        .routes(routes!(triage_actions::cancel))
+        .routes(routes!(triage_actions::bulk_retry))
+        .routes(routes!(triage::stuck))
+        .routes(routes!(triage::state_durations))
+        .routes(routes!(openapi::serve_document))
+        .routes(routes!(metrics::serve_metrics));
+    let streams = OpenApiRouter::new().routes(routes!(media::serve_media));
+    Routes { timed, streams }
+}
+
+/// The routers (timed, streams) and the document they make together, action paths in their public spelling.
+pub(crate) fn split() -> (Router<AppState>, Router<AppState>, Document) {
+    let Routes { timed, streams } = routes();
+    let (timed, mut doc) = timed.split_for_parts();
+    let (streams, streams_doc) = streams.split_for_parts();
+    doc.merge(streams_doc);
+    (timed, streams, publish(doc))
+}

@@ -1,0 +1,178 @@
+//! What the API answers: one named type per view, so the OpenAPI document describes exactly what handlers send
+//! (the schemas are derived from these types), and no view is assembled from string keys.
+
+use chrono::{DateTime, Utc};
+use racklift_store::{BmcAction, DeploymentRecord, ProvisioningToken, Role, Server, ServerStatus, Store};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+
+/// A server as answered. The password reference is reduced to "set": even a reference tells an attacker where
+/// to look.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServerView {
+    pub name: String,
+    pub bmc_address: String,
+    pub bmc_username: String,
+    pub bmc_cert_pin: Option<String>,
+    pub bmc_insecure: bool,
+    pub allow_plain_http: bool,
+    pub vendor_hint: Option<String>,
+    /// `set` when the server has a password reference; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "set")]
+    pub bmc_password_ref: Option<&'static str>,
+    #[schema(value_type = String, example = "unregistered")]
+    pub status: &'static str,
+    pub status_detail: String,
+    pub registered_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl ServerView {
+    pub fn of(s: &Server) -> ServerView {
+        ServerView {
+            name: s.name.clone(),
+            bmc_address: s.bmc_address.clone(),
+            bmc_username: s.bmc_username.clone(),
+            bmc_cert_pin: s.bmc_cert_pin.clone(),
+            bmc_insecure: s.bmc_insecure,
+            allow_plain_http: s.allow_plain_http,
+            vendor_hint: s.vendor_hint.clone(),
+            bmc_password_ref: s.bmc_password_ref.as_ref().map(|_| "set"),
+            status: status_name(s.status),
+            status_detail: s.status_detail.clone(),
+            registered_at: s.registered_at,
+            created_at: s.created_at,
+            updated_at: s.updated_at,
+        }
+    }
+}
+
+fn status_name(s: ServerStatus) -> &'static str {
+    s.as_str()
+}
+
+/// A server with its newest deployment.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ServerDetail {
+    #[serde(flatten)]
+    pub server: ServerView,
+    pub deployment: Option<DeploymentView>,
+}
+
+/// A deployment as answered: the machine's progress plus the media read progress recorded so far.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeploymentView {
+    pub id: i64,
+    pub server: String,
+    /// The deployment state machine's state (spec 000).
+    #[schema(example = "WaitInstall")]
+    pub state: String,
+    pub attempts: u32,
+    pub started_at: DateTime<Utc>,
+    pub state_entered_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub first_error: Option<String>,
+    pub last_error: Option<String>,
+    /// Bytes of the image the busiest reader has read.
+    pub media_bytes_read: Option<u64>,
+    pub media_last_read_at: Option<DateTime<Utc>>,
+    pub media_size: Option<u64>,
+    /// The virtual media device chosen (as the BMC names it).
+    pub media_slot: Option<Value>,
+    pub image_id: i64,
+    /// The provisioning token the server registers with: shown to operators and admins, `null` to viewers.
+    pub token: Option<Uuid>,
+    pub seed: String,
+    pub force: bool,
+    /// Which catalog entries the snapshotted BIOS plan came from; they may have changed since.
+    pub bios_profiles: Vec<String>,
+    pub cancel: Option<Value>,
+    pub requested_by: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl DeploymentView {
+    /// The view of `d` as `role` may see it.
+    pub async fn of(store: &Store, d: &DeploymentRecord, role: Role) -> Result<DeploymentView, ApiError> {
+        let m = &d.deployment.machine;
+        let (readers, last_read_at) = store.media_progress(d.id).await?;
+        // The API does not know which address the BMC reads from; the largest reader is the useful number.
+        let media_bytes_read = readers.values().map(|r| r.total()).max();
+        Ok(DeploymentView {
+            id: d.id,
+            server: d.server.clone(),
+            state: m.state.name().to_owned(),
+            attempts: m.retries,
+            started_at: m.started_at,
+            state_entered_at: m.state_entered_at,
+            finished_at: d.finished_at,
+            first_error: m.first_error.clone(),
+            last_error: m.last_error.clone(),
+            media_bytes_read,
+            media_last_read_at: last_read_at,
+            media_size: d.deployment.plan.image_size_bytes,
+            media_slot: d.media_slot.clone(),
+            image_id: d.image_id,
+            token: (role >= Role::Operator).then_some(d.token),
+            seed: d.seed.clone(),
+            force: d.deployment.plan.force,
+            bios_profiles: d.deployment.plan.bios_profiles.clone(),
+            cancel: d.cancel.clone(),
+            requested_by: d.requested_by.clone(),
+            created_at: d.created_at,
+        })
+    }
+}
+
+/// A provisioning token as listed: its value is a credential, so viewers see that it exists, not what it is.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenView {
+    /// The token itself; `null` for viewers.
+    pub token: Option<Uuid>,
+    pub description: String,
+    pub uses_remaining: i32,
+    pub expires_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl TokenView {
+    pub fn of(t: &ProvisioningToken, role: Role) -> TokenView {
+        TokenView {
+            token: (role >= Role::Operator).then_some(t.token),
+            description: t.description.clone(),
+            uses_remaining: t.uses_remaining,
+            expires_at: t.expires_at,
+            created_at: t.created_at,
+        }
+    }
+}
+
+/// The public address media URLs are built from.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PublicAddressView {
+    /// `null` until set.
+    #[schema(example = "https://racklift.example.net:8080")]
+    pub address: Option<String>,
+}
+
+/// An ad-hoc BMC action accepted (202) or found again under its idempotency key (200).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BmcActionAccepted {
+    pub job_id: i64,
+    pub server: String,
+    #[schema(value_type = Object)]
+    pub action: BmcAction,
+}
+
+/// The answer to a registration.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Registered {
+    pub name: String,
+    pub registered: bool,
+}

@@ -1,0 +1,97 @@
+//! What a malformed request gets: the role is checked before the body, unknown fields are refused, and every
+//! 4xx names the field to blame.
+
+mod common;
+
+use common::{ADMIN, Api, VIEWER, code, field};
+use reqwest::Method;
+use serde_json::json;
+
+#[tokio::test]
+async fn a_viewer_is_refused_before_its_body_is_read() {
+    let api = Api::start().await;
+    for (method, path) in [
+        (Method::POST, "/1.0/servers"),
+        (Method::POST, "/1.0/images"),
+        (Method::POST, "/1.0/provisioning/servers/s1:deploy"),
+        (Method::POST, "/1.0/deadletters:bulk-retry"),
+    ] {
+        for body in [json!({}), json!({ "nonsense": 1 }), json!([1, 2])] {
+            let (s, v) = api.call(method.clone(), path, VIEWER, Some(body.clone())).await;
+            assert_eq!((s, code(&v)), (403, "forbidden"), "{method} {path} {body}: {v}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_rejected_body_names_its_field() {
+    let api = Api::start().await;
+    let server = |extra: serde_json::Value| {
+        let mut base = json!({ "name": "s1", "bmc_address": "https://10.0.0.1", "bmc_username": "root",
+                               "bmc_password_ref": "env:RACKLIFT_SECRET_S1" });
+        base.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        base
+    };
+    let cases = [
+        // A password in the clear under a plausible name is refused, not stored without it.
+        (server(json!({ "bmc_password": "hunter2" })), "bmc_password"),
+        (server(json!({ "bmc_insecure": "yes" })), "bmc_insecure"),
+        (json!({ "bmc_address": "https://10.0.0.1" }), "name"),
+        (json!([]), "body"),
+    ];
+    for (body, expected) in cases {
+        let (s, v) = api
+            .call(Method::POST, "/1.0/servers", ADMIN, Some(body.clone()))
+            .await;
+        assert_eq!((s, field(&v)), (400, Some(expected)), "{body}: {v}");
+    }
+    // Nested paths are named in full.
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/deadletters:bulk-retry",
+            ADMIN,
+            Some(json!({ "reason": "r", "filter": { "vendr": "dell" } })),
+        )
+        .await;
+    assert_eq!((s, field(&v)), (400, Some("filter.vendr")), "{v}");
+    // Broken JSON and a body that is not JSON at all.
+    let r = api
+        .req(Method::POST, "/1.0/servers", Some(ADMIN))
+        .header("content-type", "application/json")
+        .body("{\"name\": ")
+        .send()
+        .await
+        .unwrap();
+    let (s, v) = common::read(r).await;
+    assert_eq!((s, field(&v)), (400, Some("body")), "{v}");
+    let r = api
+        .req(Method::POST, "/1.0/servers", Some(ADMIN))
+        .body("name=s1")
+        .send()
+        .await
+        .unwrap();
+    let (s, v) = common::read(r).await;
+    assert_eq!((s, field(&v)), (415, Some("Content-Type")), "{v}");
+    // Query parameters: unknown, malformed, out of range.
+    for (path, expected) in [
+        ("/1.0/servers/s1/events?aftr=1", "aftr"),
+        ("/1.0/deadletters?limit=ten", "limit"),
+        ("/1.0/deadletters?limit=100000", "limit"),
+        ("/1.0/stuck?all=maybe", "all"),
+        ("/1.0/stats/state-durations?window_hours=0", "window_hours"),
+    ] {
+        let (s, v) = api.call(Method::GET, path, ADMIN, None).await;
+        assert!(s == 400 || s == 404, "{path}: {s} {v}");
+        if s == 400 {
+            assert_eq!(field(&v), Some(expected), "{path}: {v}");
+        }
+    }
+    // Errors outside the handlers name theirs too.
+    let (s, v) = api.call(Method::PUT, "/1.0/servers", ADMIN, None).await;
+    assert_eq!((s, field(&v)), (405, Some("method")), "{v}");
+    let (s, v) = api.call(Method::GET, "/1.0/nothing-here", ADMIN, None).await;
+    assert_eq!((s, field(&v)), (404, Some("path")), "{v}");
+}
