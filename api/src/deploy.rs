@@ -122,7 +122,9 @@ fn not_found_as(code: &'static str, status: StatusCode, field: &str) -> impl FnO
     }
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+/// The request's `Idempotency-Key` header, if any: 1 to 255 visible ASCII characters, else a 400 naming it (a key
+/// that cannot be read is not silently ignored, which would turn a retry into a second request).
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(v) = headers.get("idempotency-key") else {
         return Ok(None);
     };
