@@ -1,5 +1,7 @@
 //! `POST …/servers/{name}:power` and `…:media`: ad-hoc BMC actions, enqueued as fenced jobs on the server's
-//! resource key (never run beside a deployment step), idempotent under an `Idempotency-Key` header.
+//! resource key (never run beside a deployment step), idempotent under an `Idempotency-Key` header: the key is
+//! remembered per server for the queue's idempotency retention (24 h by default), after its job has finished
+//! too, and concurrent copies of one request make one job.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -130,7 +132,8 @@ pub async fn media(
     enqueue(&state, &caller, &name, &headers, action).await
 }
 
-/// Enqueues the action for `name`: 202 with the job id, 200 for a retried request with the same key.
+/// Enqueues the action for `name`: 202 with the job id, 200 with the same job id for a retried request with the
+/// same key, 422 `idempotency_key_reused` (field `Idempotency-Key`) when the key was used for another request.
 pub async fn enqueue(
     state: &AppState,
     caller: &Caller,
@@ -138,6 +141,7 @@ pub async fn enqueue(
     headers: &HeaderMap,
     action: BmcAction,
 ) -> Result<Response, ApiError> {
+    let key = crate::deploy::idempotency_key(headers)?;
     let server = state.store.server(name).await.map_err(|e| match e {
         StoreError::NotFound { .. } => {
             ApiError::new(StatusCode::NOT_FOUND, "server_not_found", e.to_string()).field("name")
@@ -152,14 +156,25 @@ pub async fn enqueue(
         )
         .field("name"));
     }
-    let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok());
     let payload = BmcActionPayload {
         server: name.to_owned(),
         action,
         requested_by: caller.name().to_owned(),
     };
-    match state.store.enqueue_bmc_action(&state.queue, &payload, key).await {
+    match state
+        .store
+        .enqueue_bmc_action(&state.queue, &payload, key.as_deref())
+        .await
+    {
         Ok((job_id, created)) => {
+            tracing::info!(
+                server = name,
+                job_id,
+                created,
+                action = payload.action.name(),
+                by = caller.name(),
+                "BMC action requested"
+            );
             let status = if created {
                 StatusCode::ACCEPTED
             } else {
@@ -183,6 +198,16 @@ pub async fn enqueue(
             ),
         )
         .field("name")),
+        // The same key for a different request is the client's mistake; answering with the other request's job
+        // would report an action that was never asked for (status 422 as in the IETF Idempotency-Key draft).
+        Err(StoreError::IdempotencyKeyReused { existing_job, .. }) => Err(ApiError::unprocessable(
+            "idempotency_key_reused",
+            "Idempotency-Key",
+            format!(
+                "this Idempotency-Key was used for another request to server {name} (job {existing_job}); use a \
+                 new key for a new request"
+            ),
+        )),
         Err(e) => Err(e.into()),
     }
 }

@@ -112,12 +112,17 @@ fn not_found_as(code: &'static str, status: StatusCode, field: &str) -> impl FnO
     }
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+/// The request's `Idempotency-Key` header, if any: 1 to 255 visible ASCII characters, else a 400 naming it (a key
+/// that cannot be read is not silently ignored, which would turn a retry into a second request).
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(v) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    match v.to_str() {
-        Ok(s) if !s.is_empty() && s.len() <= 255 => Ok(Some(s.to_owned())),
+    let bytes = v.as_bytes();
+    match std::str::from_utf8(bytes) {
+        Ok(s) if (1..=255).contains(&s.len()) && bytes.iter().all(|b| (b'!'..=b'~').contains(b)) => {
+            Ok(Some(s.to_owned()))
+        }
         _ => Err(ApiError::invalid(
             "Idempotency-Key",
             "must be 1 to 255 visible ASCII characters",

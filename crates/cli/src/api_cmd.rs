@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use anyhow::Context;
 use racklift_api::AppState;
-use racklift_queue::{Queue, QueueConfig};
+use racklift_queue::Queue;
 use racklift_store::Store;
 
 use crate::{db, settings, worker_cmd};
@@ -35,8 +35,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(listen = %listener.local_addr()?, "API listening");
     let state = AppState::new(
         Store::new(pool.clone()),
-        // The API enqueues, revokes and wakes jobs; it never leases, so the queue's lease settings do not apply.
-        Queue::new(pool.clone(), QueueConfig::default()),
+        // The API enqueues, revokes and wakes jobs; it never leases, so the lease settings do not matter here, but
+        // the idempotency retention does: it is applied where the request's key is claimed.
+        Queue::new(pool.clone(), settings::queue_config(&settings)),
         settings::api_config(&settings, access),
     );
     let shutdown = worker_cmd::shutdown_on_signal();

@@ -52,6 +52,7 @@ pub fn queue_config(s: &Settings) -> QueueConfig {
             cap: Duration::from_millis(s.queue.retry_backoff_max_ms),
         },
         completed_retention: Duration::from_secs(s.queue.completed_retention_secs),
+        idempotency_retention: Duration::from_secs(s.queue.idempotency_retention_secs),
     }
 }
 

@@ -162,7 +162,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 15] = [
+        let positive: [(&str, u64); 16] = [
             ("database.max_connections", self.database.max_connections.into()),
             (
                 "database.acquire_timeout_secs",
@@ -181,6 +181,10 @@ impl Settings {
             ("worker.rescue_interval_ms", self.worker.rescue_interval_ms),
             ("worker.completer_flushes", self.worker.completer_flushes as u64),
             ("queue.lease_ttl_ms", self.queue.lease_ttl_ms),
+            (
+                "queue.idempotency_retention_secs",
+                self.queue.idempotency_retention_secs,
+            ),
         ];
         for (key, value) in positive {
             if value == 0 {

@@ -92,7 +92,8 @@ pub struct WorkerSettings {
     pub poll_interval_ms: u64,
     /// How often the pool looks for expired leases of dead workers.
     pub rescue_interval_ms: u64,
-    /// How often the pool purges completed jobs past `queue.completed_retention_secs`.
+    /// How often the pool purges completed jobs past `queue.completed_retention_secs` and idempotency keys past
+    /// `queue.idempotency_retention_secs`.
     pub purge_interval_secs: u64,
     /// Completion statements in flight at once per pool.
     pub completer_flushes: usize,
@@ -127,6 +128,10 @@ pub struct QueueSettings {
     pub retry_backoff_max_ms: u64,
     /// How long completed jobs are kept for inspection; 0 deletes a job the moment it completes.
     pub completed_retention_secs: u64,
+    /// How long the `Idempotency-Key` of a `:power` or `:media` request is remembered: a retry within it gets the
+    /// first request's job even after that job has finished; afterwards the key is free again. At least the
+    /// longest a client keeps retrying one request.
+    pub idempotency_retention_secs: u64,
 }
 
 impl Default for QueueSettings {
@@ -136,6 +141,7 @@ impl Default for QueueSettings {
             retry_backoff_base_ms: 1000,
             retry_backoff_max_ms: 300_000,
             completed_retention_secs: 86_400,
+            idempotency_retention_secs: 86_400,
         }
     }
 }

@@ -67,6 +67,7 @@ fn every_key_changed() -> Settings {
     s.queue.retry_backoff_base_ms = 18;
     s.queue.retry_backoff_max_ms = 19_000;
     s.queue.completed_retention_secs = 0;
+    s.queue.idempotency_retention_secs = 3600;
     s.paths.data_dir = "/var/lib/racklift".into();
     let d = &mut s.deploy;
     d.poll_interval_secs = 21;
@@ -211,6 +212,10 @@ fn values_that_cannot_work_are_rejected_with_the_full_key() {
             ("[api]\nmedia_file_name = \"a/b\"\n", "api.media_file_name"),
             ("[api]\nrequest_timeout_secs = 30\n", "api.request_timeout_secs"),
             ("[api]\nmax_connections = 0\n", "api.max_connections"),
+            (
+                "[queue]\nidempotency_retention_secs = 0\n",
+                "queue.idempotency_retention_secs",
+            ),
         ];
         for (toml, key) in cases {
             let err = load_file(&mut *jail, toml).unwrap_err();

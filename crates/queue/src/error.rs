@@ -15,6 +15,14 @@ pub enum QueueError {
     /// Another live job already holds this resource key (one live job per server or cluster).
     #[error("resource {resource_key} is busy with live job {existing}")]
     ResourceBusy { resource_key: String, existing: JobId },
+    /// The idempotency key was given, within its retention, to a request other than this one (another
+    /// server, action or parameters). Answering with `existing` would hand the caller an unrelated job.
+    #[error("idempotency key {key:?} in scope {scope} was used for another request (job {existing})")]
+    IdempotencyKeyReused {
+        scope: String,
+        key: String,
+        existing: JobId,
+    },
     /// The payload could not be encoded or decoded.
     #[error("job payload")]
     Payload(#[source] serde_json::Error),

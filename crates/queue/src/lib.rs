@@ -3,11 +3,13 @@
 //! Every lease carries a fencing token from one database sequence; every write a lease holder makes (complete,
 //! retry, snooze, dead-letter) is conditional on that token and on the job still running, and is checked by
 //! `rows_affected`, so a worker that lost its lease is refused and told. Retries are durable (`run_at` in the
-//! future, with full jitter); exhausted or fatal jobs move to `dead_letters` in the same statement. The queue
-//! knows nothing about servers or BMCs.
+//! future, with full jitter); exhausted or fatal jobs move to `dead_letters` in the same statement. A request's
+//! idempotency key is remembered for a retention window, beyond its job's life ([`Queue::enqueue_once`]). The
+//! queue knows nothing about servers or BMCs.
 
 mod backoff;
 mod error;
+mod idempotency;
 mod job;
 mod queue;
 mod sql;
@@ -15,6 +17,7 @@ pub mod worker;
 
 pub use backoff::Backoff;
 pub use error::QueueError;
+pub use idempotency::RequestKey;
 pub use job::{
     BatchEnqueued, Enqueued, ErrorClass, FailOutcome, Failure, Fence, JobId, LeasedJob, NewJob, RunAt,
 };

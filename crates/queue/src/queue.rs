@@ -25,6 +25,9 @@ pub struct QueueConfig {
     pub backoff: Backoff,
     /// How long completed jobs are kept; zero deletes a job the moment it completes.
     pub completed_retention: Duration,
+    /// How long a request's idempotency key is remembered ([`Queue::enqueue_once`]): within it a retry finds the
+    /// job the key made, finished or not; afterwards the key is free again.
+    pub idempotency_retention: Duration,
 }
 
 impl Default for QueueConfig {
@@ -33,6 +36,7 @@ impl Default for QueueConfig {
             lease_ttl: Duration::from_secs(30),
             backoff: Backoff::default(),
             completed_retention: Duration::from_secs(24 * 3600),
+            idempotency_retention: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -81,7 +85,7 @@ pub struct Queue {
     config: Arc<QueueConfig>,
 }
 
-fn millis(d: Duration) -> i64 {
+pub(crate) fn millis(d: Duration) -> i64 {
     d.as_millis().min(i64::MAX as u128) as i64
 }
 

@@ -94,6 +94,96 @@ pub(crate) async fn live_by_resource_key(conn: &mut PgConnection, key: &str) -> 
         .await
 }
 
+/// Claims a request's idempotency key for `retention_ms`, or takes over one whose retention has run out; `true`
+/// when this transaction now holds it. A conflicting claim that is not yet committed makes this statement wait
+/// for it, so concurrent requests with one key are decided one by one: the first claims, the others then find
+/// its row. `job_id` stays NULL until [`bind_request_key`] names the job, in the same transaction.
+pub(crate) async fn claim_request_key(
+    conn: &mut PgConnection,
+    scope: &str,
+    key: &str,
+    fingerprint: &str,
+    retention_ms: i64,
+) -> sqlx::Result<bool> {
+    let claimed: Option<bool> = sqlx::query_scalar(
+        "INSERT INTO idempotency_keys (scope, key, fingerprint, expires_at)
+         VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
+         ON CONFLICT (scope, key) DO UPDATE
+             SET fingerprint = EXCLUDED.fingerprint, job_id = NULL, created_at = now(),
+                 expires_at = EXCLUDED.expires_at
+             WHERE idempotency_keys.expires_at <= now()
+         RETURNING true",
+    )
+    .bind(scope)
+    .bind(key)
+    .bind(fingerprint)
+    .bind(retention_ms)
+    .fetch_optional(conn)
+    .await?;
+    Ok(claimed.is_some())
+}
+
+/// Names the job a claimed key made. Only the claiming transaction sees the row without a job.
+pub(crate) async fn bind_request_key(
+    conn: &mut PgConnection,
+    scope: &str,
+    key: &str,
+    job_id: JobId,
+) -> sqlx::Result<u64> {
+    sqlx::query("UPDATE idempotency_keys SET job_id = $3 WHERE scope = $1 AND key = $2 AND job_id IS NULL")
+        .bind(scope)
+        .bind(key)
+        .bind(job_id)
+        .execute(conn)
+        .await
+        .map(|r| r.rows_affected())
+}
+
+/// Gives a claimed key back when its request made no job (the resource was busy), so the caller's transaction
+/// stays usable and a later retry may claim it.
+pub(crate) async fn release_request_key(
+    conn: &mut PgConnection,
+    scope: &str,
+    key: &str,
+) -> sqlx::Result<u64> {
+    sqlx::query("DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2 AND job_id IS NULL")
+        .bind(scope)
+        .bind(key)
+        .execute(conn)
+        .await
+        .map(|r| r.rows_affected())
+}
+
+/// The job and fingerprint a key is held for, while its retention lasts.
+pub(crate) async fn request_key(
+    conn: &mut PgConnection,
+    scope: &str,
+    key: &str,
+) -> sqlx::Result<Option<(Option<JobId>, String)>> {
+    sqlx::query_as(
+        "SELECT job_id, fingerprint FROM idempotency_keys
+         WHERE scope = $1 AND key = $2 AND expires_at > now()",
+    )
+    .bind(scope)
+    .bind(key)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Deletes up to `limit` idempotency keys whose retention has run out; returns how many. The outer predicate is
+/// repeated so that a key a request took over meanwhile (a fresh `expires_at`) is re-checked and kept.
+pub(crate) async fn purge_request_keys<'c>(conn: impl PgExecutor<'c>, limit: i64) -> sqlx::Result<u64> {
+    sqlx::query(
+        "DELETE FROM idempotency_keys
+         WHERE (scope, key) IN (SELECT scope, key FROM idempotency_keys WHERE expires_at <= now() LIMIT $1)
+           AND expires_at <= now()",
+    )
+    .bind(limit)
+    .execute(conn)
+    .await
+    .map(|r| r.rows_affected())
+}
+
 /// Wakes idle workers for these kinds once the surrounding transaction commits.
 pub(crate) async fn notify_kinds(conn: &mut PgConnection, kinds: &[&str]) -> sqlx::Result<()> {
     sqlx::query("SELECT pg_notify($1, k) FROM unnest($2::text[]) AS k")

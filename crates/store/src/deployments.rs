@@ -122,6 +122,22 @@ pub fn step_job(deployment_id: i64, server: &str, seq: u64) -> NewJob {
     job
 }
 
+/// The server's deployment made under this idempotency key, if any.
+async fn by_idempotency_key(
+    conn: &mut PgConnection,
+    server: &str,
+    key: &str,
+) -> Result<Option<DeploymentRecord>, StoreError> {
+    let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM deployments WHERE server = $1 AND idempotency_key = $2"
+    )))
+    .bind(server)
+    .bind(key)
+    .fetch_optional(conn)
+    .await?;
+    row.map(DeploymentRecord::try_from).transpose()
+}
+
 fn not_found(id: i64) -> StoreError {
     StoreError::NotFound {
         what: "deployment",
@@ -131,31 +147,27 @@ fn not_found(id: i64) -> StoreError {
 
 impl Store {
     /// Creates the deployment and enqueues its first step in one transaction. With an idempotency key that was
-    /// used for this server before, returns that deployment instead (`false`: nothing was created).
+    /// used for this server before, returns that deployment instead (`false`: nothing was created), also to a
+    /// request that raced the one that created it. `Conflict` when another deployment of the server is running.
     pub async fn create_deployment(
         &self,
         queue: &Queue,
         new: &NewDeployment,
     ) -> Result<(DeploymentRecord, bool), StoreError> {
         let mut tx = self.pool.begin().await?;
-        if let Some(key) = &new.idempotency_key {
-            let existing: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT {COLUMNS} FROM deployments WHERE server = $1 AND idempotency_key = $2"
-            )))
-            .bind(&new.server)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(row) = existing {
-                return Ok((row.try_into()?, false));
-            }
+        if let Some(key) = &new.idempotency_key
+            && let Some(existing) = by_idempotency_key(&mut tx, &new.server, key).await?
+        {
+            return Ok((existing, false));
         }
         let plan = serde_json::to_value(&new.deployment.plan).expect("plans serialise");
         let machine = serde_json::to_value(&new.deployment.machine).expect("machines serialise");
-        let row: Row = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        // `ON CONFLICT DO NOTHING` waits for a racing insert of this server's deployment (`deployments_live`,
+        // `deployments_idempotency`) to commit, then lets this transaction read what it made.
+        let inserted: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO deployments (server, media_secret, image_id, token, seed, plan, media_slot, machine, state, \
              seq, idempotency_key, requested_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-             RETURNING {COLUMNS}"
+             ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
         )))
         .bind(&new.server)
         .bind(&new.media_secret)
@@ -169,9 +181,19 @@ impl Store {
         .bind(new.deployment.machine.seq as i64)
         .bind(&new.idempotency_key)
         .bind(&new.requested_by)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(StoreError::on_unique("running deployment on server", &new.server))?;
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = inserted else {
+            if let Some(key) = &new.idempotency_key
+                && let Some(existing) = by_idempotency_key(&mut tx, &new.server, key).await?
+            {
+                return Ok((existing, false));
+            }
+            return Err(StoreError::Conflict {
+                what: "running deployment on server",
+                name: new.server.clone(),
+            });
+        };
         let record: DeploymentRecord = row.try_into()?;
         set_status(
             &mut *tx,
@@ -225,14 +247,8 @@ impl Store {
         server: &str,
         key: &str,
     ) -> Result<Option<DeploymentRecord>, StoreError> {
-        let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM deployments WHERE server = $1 AND idempotency_key = $2"
-        )))
-        .bind(server)
-        .bind(key)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(DeploymentRecord::try_from).transpose()
+        let mut conn = self.pool.acquire().await?;
+        by_idempotency_key(&mut conn, server, key).await
     }
 
     /// Records the selected media slot once the worker picked one.
@@ -492,6 +508,10 @@ pub fn queue_error(e: QueueError) -> StoreError {
         QueueError::ResourceBusy { resource_key, .. } => StoreError::Conflict {
             what: "live job for",
             name: resource_key,
+        },
+        QueueError::IdempotencyKeyReused { key, existing, .. } => StoreError::IdempotencyKeyReused {
+            key,
+            existing_job: existing,
         },
         QueueError::Database(e) => StoreError::Db(e),
         other => StoreError::Queue(other),

@@ -14,6 +14,10 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// The request's idempotency key was used, within its retention, for another request; `existing_job` is
+    /// what that one made.
+    #[error("idempotency key {key:?} was used for another request (job {existing_job})")]
+    IdempotencyKeyReused { key: String, existing_job: i64 },
     #[error("queue")]
     Queue(#[source] racklift_queue::QueueError),
     #[error("database")]

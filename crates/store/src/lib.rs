@@ -13,7 +13,7 @@ mod media;
 mod servers;
 mod triage;
 
-pub use bmc_actions::{BMC_ACTION_KIND, BmcAction, BmcActionPayload};
+pub use bmc_actions::{BMC_ACTION_KIND, BmcAction, BmcActionPayload, bmc_action_request_key};
 pub use catalog::{
     ApiToken, ApiTokenInfo, BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS,
     ProvisioningToken, Role, Seed,

@@ -64,6 +64,69 @@ impl TestDb {
     }
 }
 
+/// Writes to one table held back by a lock of a connection of its own, until [`WriteGate::open`]. Writers queue
+/// behind it and are then let go together: a race a test means to provoke happens, instead of depending on how
+/// fast the pool hands out connections.
+pub struct WriteGate {
+    conn: PgConnection,
+    table: String,
+}
+
+impl TestDb {
+    /// Holds every write to `table` (reads still pass) until the gate is opened.
+    pub async fn hold_writes(&self, table: &str) -> WriteGate {
+        let mut conn = PgConnection::connect_with(&self.admin.clone().database(&self.name))
+            .await
+            .expect("connect the gate");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "BEGIN; LOCK TABLE {table} IN SHARE MODE"
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("lock the table");
+        WriteGate {
+            conn,
+            table: table.to_owned(),
+        }
+    }
+}
+
+impl WriteGate {
+    /// Waits until at least `writers` connections are queued behind the gate.
+    pub async fn wait_for_writers(&mut self, writers: i64, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks
+                 WHERE NOT granted AND relation = $1::regclass
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            )
+            .bind(&self.table)
+            .fetch_one(&mut self.conn)
+            .await
+            .expect("count the waiting writers");
+            if waiting >= writers {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {limit:?} waiting for {writers} writers to {} (saw {waiting})",
+                self.table
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Lets the held writers go, all at once.
+    pub async fn open(mut self) {
+        sqlx::raw_sql("COMMIT")
+            .execute(&mut self.conn)
+            .await
+            .expect("open the gate");
+        self.conn.close().await.ok();
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         let admin = self.admin.clone();

@@ -63,7 +63,7 @@ pub struct WorkerConfig {
     pub poll_interval: Duration,
     /// How often this pool looks for expired leases (jittered ±50%).
     pub rescue_interval: Duration,
-    /// How often this pool purges completed jobs past their retention.
+    /// How often this pool purges completed jobs and idempotency keys past their retention.
     pub purge_interval: Duration,
     /// Completion statements in flight at once. One: since leasing no longer waits for completions (see
     /// `slots.rs`), a second statement in flight only split the outcomes into smaller batches, which cost
@@ -441,8 +441,8 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// The rescuer and retention, on jittered timers. Every pool runs them; SKIP LOCKED and fenced writes make
-/// concurrent passes safe.
+/// The rescuer and retention (completed jobs, expired idempotency keys), on jittered timers. Every pool runs
+/// them; SKIP LOCKED, fenced writes and re-checked purge predicates make concurrent passes safe.
 async fn maintain(queue: Queue, config: WorkerConfig, stop: CancellationToken) {
     let mut next_purge = Instant::now() + wake::jittered(config.purge_interval);
     loop {
@@ -477,6 +477,11 @@ async fn maintain(queue: Queue, config: WorkerConfig, stop: CancellationToken) {
                     Ok(_) => {}
                     Err(error) => tracing::warn!(error = %error, "purging completed jobs failed"),
                 }
+            }
+            match queue.purge_request_keys().await {
+                Ok(n) if n > 0 => tracing::info!(purged = n, "purged idempotency keys past retention"),
+                Ok(_) => {}
+                Err(error) => tracing::warn!(error = %error, "purging idempotency keys failed"),
             }
         }
     }
