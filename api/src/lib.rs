@@ -29,6 +29,9 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
 pub use error::{ApiError, ServeError};
+/// The media server's Range handling as a pure function, for the fuzz targets; not part of the API.
+#[doc(hidden)]
+pub use media::{MAX_RANGES, RangePlan, plan_ranges};
 
 /// Settings of the media server.
 #[derive(Debug, Clone)]
