@@ -171,6 +171,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::serve_metrics))
         // The operator dashboard (HTML, cookie session); see `ui`.
         .nest("/ui", ui::router())
+        .route("/ui/", get(ui::trailing_slash))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             state.config.request_timeout,
