@@ -32,6 +32,9 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
 pub use error::{ApiError, ServeError};
+/// The media server's Range handling as a pure function, for the fuzz targets; not part of the API.
+#[doc(hidden)]
+pub use media::{MAX_RANGES, RangePlan, plan_ranges};
 
 /// Settings of the media server.
 #[derive(Debug, Clone)]
@@ -128,6 +131,7 @@ pub fn router(state: AppState) -> Router {
     let timed = api
         // The operator dashboard (HTML, cookie session); see `ui`.
         .nest("/ui", ui::router())
+        .route("/ui/", axum::routing::get(ui::trailing_slash))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             state.config.request_timeout,

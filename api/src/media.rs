@@ -27,7 +27,7 @@ use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 
 /// More ranges than this in one request is abuse, not a BMC.
-const MAX_RANGES: usize = 64;
+pub const MAX_RANGES: usize = 64;
 
 /// Unflushed `[start, end)` ranges by (deployment id, client address).
 type Buffer = HashMap<(i64, String), Vec<(u64, u64)>>;
@@ -149,6 +149,39 @@ fn file_part(
     .boxed()
 }
 
+/// What a request's `Range` header asks of a file of `size` bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RangePlan {
+    /// No `Range`, or one that cannot be read: the whole file with 200 (RFC 9110 lets a server ignore a Range
+    /// it cannot parse).
+    Whole,
+    /// 206 with these ranges: never empty, each inside the file, at most `max_ranges` of them.
+    Parts(Vec<RangeInclusive<u64>>),
+    /// 416: nothing asked for lies inside the file, or the request is refused (too many ranges, more than one
+    /// overlap, absurdly long numbers).
+    Unsatisfiable,
+}
+
+/// Turns a `Range` header value (its raw bytes, as a client sent them) into what to serve of a file of `size`
+/// bytes. Pure, so the fuzz targets in `tests/fuzz.rs` can hold it to its contract with any input.
+#[doc(hidden)]
+pub fn plan_ranges(value: Option<&[u8]>, size: u64, max_ranges: usize) -> RangePlan {
+    // A value with bytes outside visible ASCII and tab (what `HeaderValue::to_str` accepts) is not a range this
+    // server can read: the whole file.
+    let visible = |v: &&[u8]| v.iter().all(|b| *b == b'\t' || (b' '..=b'~').contains(b));
+    let Some(value) = value.filter(visible).and_then(|v| std::str::from_utf8(v).ok()) else {
+        return RangePlan::Whole;
+    };
+    let limit = NonZeroUsize::new(max_ranges).unwrap_or(NonZeroUsize::MIN);
+    match http_range_header::parse_range_header_with_max_ranges(value, limit).and_then(|p| p.validate(size)) {
+        // An empty file has no bytes to range over (only a suffix range passes validation, selecting nothing).
+        Ok(ranges) if ranges.is_empty() => RangePlan::Whole,
+        Ok(ranges) => RangePlan::Parts(ranges),
+        Err(RangeUnsatisfiableError::Invalid(_)) => RangePlan::Whole,
+        Err(_) => RangePlan::Unsatisfiable,
+    }
+}
+
 fn header_value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
 }
@@ -196,31 +229,25 @@ pub async fn serve_media(
         .unwrap_or_else(|| "unknown".to_owned());
     let head = method == Method::HEAD;
 
-    let ranges: Option<Vec<RangeInclusive<u64>>> = match headers.get(header::RANGE).map(|v| v.to_str()) {
-        None => None,
-        Some(Err(_)) => None,
-        Some(Ok(value)) => {
-            let limit = NonZeroUsize::new(MAX_RANGES).unwrap_or(NonZeroUsize::MIN);
-            match http_range_header::parse_range_header_with_max_ranges(value, limit)
-                .and_then(|p| p.validate(size))
-            {
-                Ok(r) => Some(r),
-                // RFC 9110 lets a server ignore a Range it cannot parse and answer with the whole file.
-                Err(RangeUnsatisfiableError::Invalid(_)) => None,
-                Err(_) => {
-                    let mut resp = ApiError::new(
-                        StatusCode::RANGE_NOT_SATISFIABLE,
-                        "range_not_satisfiable",
-                        format!("the image is {size} bytes"),
-                    )
-                    .into_response();
-                    resp.headers_mut()
-                        .insert(header::CONTENT_RANGE, header_value(&format!("bytes */{size}")));
-                    resp.headers_mut()
-                        .insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-                    return Ok(resp);
-                }
-            }
+    let ranges = match plan_ranges(
+        headers.get(header::RANGE).map(HeaderValue::as_bytes),
+        size,
+        MAX_RANGES,
+    ) {
+        RangePlan::Whole => None,
+        RangePlan::Parts(ranges) => Some(ranges),
+        RangePlan::Unsatisfiable => {
+            let mut resp = ApiError::new(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "range_not_satisfiable",
+                format!("the image is {size} bytes"),
+            )
+            .into_response();
+            resp.headers_mut()
+                .insert(header::CONTENT_RANGE, header_value(&format!("bytes */{size}")));
+            resp.headers_mut()
+                .insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+            return Ok(resp);
         }
     };
 
@@ -236,7 +263,7 @@ pub async fn serve_media(
     };
     let mut builder = Response::builder().header(header::ACCEPT_RANGES, "bytes");
     let (status, length, body) = match ranges.as_deref() {
-        None | Some([]) => {
+        None => {
             builder = builder.header(header::CONTENT_TYPE, "application/octet-stream");
             (StatusCode::OK, size, part(0, size))
         }

@@ -129,6 +129,10 @@ pub fn publish(mut doc: Document) -> Document {
 pub fn action_rewrite(mut request: Request) -> Request {
     let uri = request.uri();
     let path = uri.path();
+    // Only the API has action paths; the dashboard and the media server keep theirs as sent.
+    if !path.starts_with("/1.0/") {
+        return request;
+    }
     let Some(slash) = path.rfind('/') else {
         return request;
     };

@@ -1,91 +1,28 @@
 //! The operator dashboard over HTTP, as a browser would use it: log in with a pasted token (cookie), see the
 //! seeded dead letter in the list and its timeline in the detail, and act on it through forms guarded by a CSRF
-//! token and the operator role. The browser itself is exercised by `tests/tests/ui_browser.rs`.
+//! token and the operator role. Sessions and headers are in `ui_session.rs`; the browser itself is exercised by
+//! `tests/tests/ui_browser.rs`.
 
 mod common;
 #[path = "triage/seed.rs"]
 #[allow(dead_code)] // Shared with the triage tests; this file uses part of it.
 mod seed;
+#[path = "ui/client.rs"]
+#[allow(dead_code)] // Shared with ui_session.rs; this file uses part of it.
+mod ui_client;
 
 use common::{Api, OPERATOR, VIEWER};
 use racklift_deploy::State;
-use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::{LOCATION, SET_COOKIE};
 use seed::Seed;
-
-/// A client that shows redirects instead of following them, so 303s and their cookies can be checked.
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .expect("client")
-}
-
-fn urlencode(pairs: &[(&str, &str)]) -> String {
-    let enc = |s: &str| -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-async fn post_form(api: &Api, path: &str, cookie: Option<&str>, pairs: &[(&str, &str)]) -> reqwest::Response {
-    let mut r = client()
-        .post(format!("{}{path}", api.base))
-        .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .body(urlencode(pairs));
-    if let Some(c) = cookie {
-        r = r.header(COOKIE, c);
-    }
-    r.send().await.expect("POST")
-}
-
-/// Logs in with `secret` and returns the `Cookie` header value the browser would send back.
-async fn login(api: &Api, secret: &str) -> String {
-    let resp = post_form(api, "/ui/login", None, &[("token", secret)]).await;
-    assert_eq!(resp.status(), 303);
-    let set = resp
-        .headers()
-        .get_all(SET_COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with("racklift_session="))
-        .expect("a session cookie")
-        .to_owned();
-    set.split(';').next().unwrap().to_owned()
-}
-
-async fn page(api: &Api, path: &str, cookie: &str) -> (u16, String) {
-    let resp = client()
-        .get(format!("{}{path}", api.base))
-        .header(COOKIE, cookie)
-        .send()
-        .await
-        .expect("GET");
-    (resp.status().as_u16(), resp.text().await.expect("body"))
-}
-
-/// The CSRF token a page embeds in its forms.
-fn csrf(html: &str) -> String {
-    let at = html.find(r#"name="csrf" value=""#).expect("a CSRF field") + r#"name="csrf" value=""#.len();
-    html[at..at + 64].to_owned()
-}
+use ui_client::{csrf, login, page, post_form};
 
 fn listed(html: &str, id: i64) -> bool {
     html.contains(&format!(r#"data-id="{id}""#))
 }
 
 #[tokio::test]
-async fn login_sets_a_strict_http_only_cookie_and_refuses_unknown_tokens() {
+async fn login_opens_an_opaque_session_in_a_strict_secure_cookie_and_refuses_unknown_tokens() {
     let api = Api::start().await;
     let resp = post_form(&api, "/ui/login", None, &[("token", OPERATOR)]).await;
     assert_eq!(resp.status(), 303);
@@ -100,9 +37,44 @@ async fn login_sets_a_strict_http_only_cookie_and_refuses_unknown_tokens() {
         .iter()
         .find(|c| c.starts_with("racklift_session="))
         .expect("session cookie");
-    for attr in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
-        assert!(session.contains(attr), "{session}");
+    for attr in [
+        "Secure",
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/ui",
+        "Max-Age=43200",
+    ] {
+        assert!(session.split("; ").any(|a| a == attr), "{attr}: {session}");
     }
+    // The cookie holds a random session id, not the token; the database keeps only the id's digest.
+    let id = session
+        .split(';')
+        .next()
+        .unwrap()
+        .trim_start_matches("racklift_session=");
+    assert!(
+        id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
+    assert!(!session.contains(OPERATOR), "{session}");
+    let (role, hours, token): (String, f64, String) = sqlx::query_as(
+        "SELECT s.role, extract(epoch FROM s.expires_at - now())::float8 / 3600, t.name \
+         FROM ui_sessions s JOIN api_tokens t ON t.id = s.api_token_id WHERE s.id_sha256 = decode($1, 'hex')",
+    )
+    .bind(racklift_store::sha256_hex(id.as_bytes()))
+    .fetch_one(&api.db.pool)
+    .await
+    .expect("the session row, found by the cookie's digest");
+    assert_eq!((role.as_str(), token.as_str()), ("operator", "operator"));
+    assert!((11.9..=12.0).contains(&hours), "{hours} h");
+    let flash = cookies
+        .iter()
+        .find(|c| c.starts_with("racklift_flash="))
+        .expect("flash cookie");
+    assert!(
+        flash.contains("; Secure; HttpOnly; SameSite=Strict; Path=/ui"),
+        "{flash}"
+    );
 
     let bad = post_form(&api, "/ui/login", None, &[("token", "nope")]).await;
     assert_eq!(bad.status(), 401);

@@ -101,7 +101,7 @@ async fn an_operator_triages_from_the_terminal() {
     assert!(!out.status.success(), "{}", describe(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("(field state)") && stderr.contains("HTTP 400"),
+        stderr.contains("(field state)") && stderr.contains("HTTP 422"),
         "{}",
         describe(&out)
     );

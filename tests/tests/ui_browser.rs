@@ -131,6 +131,99 @@ async fn logout(c: &Client) {
         .expect("back at the login form");
 }
 
+/// What the browser holds and enforces after a login: an opaque session cookie it keeps from scripts and other
+/// sites, a policy under which the dashboard cannot be framed, and the pages still styled and live-refreshing
+/// with no inline code.
+async fn session_is_hardened(c: &Client) {
+    let cookie = c
+        .get_named_cookie("racklift_session")
+        .await
+        .expect("the session cookie");
+    let id = cookie.value();
+    assert!(
+        id != OPERATOR && !id.contains(OPERATOR),
+        "the cookie holds the token"
+    );
+    assert!(
+        id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
+    assert_eq!(cookie.secure(), Some(true), "Secure");
+    assert_eq!(cookie.http_only(), Some(true), "HttpOnly");
+    assert_eq!(
+        cookie.same_site().map(|s| s.to_string()).as_deref(),
+        Some("Strict")
+    );
+    assert_eq!(cookie.path(), Some("/ui"));
+    let seen = c
+        .execute("return document.cookie;", vec![])
+        .await
+        .expect("read document.cookie");
+    assert!(
+        !seen.as_str().unwrap_or_default().contains("racklift_session"),
+        "{seen}"
+    );
+
+    let csp = c
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; \
+             fetch('/ui/login').then(r => done(r.headers.get('content-security-policy')));",
+            vec![],
+        )
+        .await
+        .expect("read the policy");
+    assert!(
+        csp.as_str().is_some_and(|p| p.contains("frame-ancestors 'none'")),
+        "{csp}"
+    );
+    // A frame of a dashboard page stays empty, while the same origin's JSON (no such policy) is framed: the
+    // check can tell the two apart, so the refusal is the policy's doing.
+    let framed = |src: &'static str| async move {
+        c.execute_async(
+            "const [src, done] = arguments; const f = document.createElement('iframe'); \
+             f.onload = () => { let d = null; try { d = f.contentDocument; } catch (e) {} \
+               done(d && d.body ? d.body.innerText.length > 0 : false); }; \
+             f.src = src; document.body.appendChild(f);",
+            vec![json!(src)],
+        )
+        .await
+        .expect("frame a page")
+    };
+    assert_eq!(
+        framed("/ui/login").await,
+        json!(false),
+        "the login page was framed"
+    );
+    assert_eq!(
+        framed("/1.0/openapi.json").await,
+        json!(true),
+        "a same-origin frame failed"
+    );
+
+    // The stylesheet applies and the live part refreshes: both came from /ui/assets under the policy.
+    let background = c
+        .execute(
+            "return getComputedStyle(document.querySelector('header')).backgroundColor;",
+            vec![],
+        )
+        .await
+        .expect("header style");
+    assert_eq!(background, json!("rgb(29, 36, 51)"));
+    let updated = || async {
+        c.find(Locator::Css("#live .updated"))
+            .await
+            .expect("the refresh time")
+            .text()
+            .await
+            .expect("its text")
+    };
+    let first = updated().await;
+    wait_for(WAIT, "the live part to refresh", || async {
+        updated().await != first
+    })
+    .await;
+}
+
 async fn count(c: &Client, css: &str) -> usize {
     c.find_all(Locator::Css(css)).await.map(|v| v.len()).unwrap_or(0)
 }
@@ -174,6 +267,7 @@ async fn an_operator_triages_a_failed_deployment_in_the_browser() {
 
     // The operator sees it listed, then its detail with the timeline.
     login(&c, &base, OPERATOR).await;
+    session_is_hardened(&c).await;
     let listed = c
         .find(Locator::Css(&row))
         .await

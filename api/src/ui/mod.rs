@@ -2,21 +2,25 @@
 //! (`/1.0/deadletters`, `/1.0/stuck`), so the pages and the API can never disagree about what is open.
 //!
 //! Browsers cannot attach a bearer header to a navigation, so `/ui/login` takes a pasted API token, checks it
-//! like [`crate::auth`] does, and keeps it in an `HttpOnly; SameSite=Strict; Path=/ui` cookie. The token is
-//! looked up again on every request, so revoking it in the database logs the browser out at once. Every form
-//! that changes something carries a CSRF token (see [`csrf_token`]); SameSite=Strict is the second line.
+//! like [`crate::auth`] does, and opens a server-side session (`ui_sessions`): the cookie carries only the
+//! session's random 256-bit id (`Secure; HttpOnly; SameSite=Strict; Path=/ui`), never the token, so a cookie
+//! that leaks through a proxy log or a backup is worth 12 hours at most and cannot be replayed as a bearer token.
+//! The session is looked up on every request and re-checks its token, so logging out, revoking or expiring the
+//! token ends it at once. Every form that changes something carries a CSRF token derived from the session (see
+//! [`csrf_token`]); SameSite=Strict is the second line. Every response carries the headers of [`assets`].
 
 mod actions;
+mod assets;
 mod detail;
 mod pages;
 mod stats;
 mod view;
 
-use std::sync::OnceLock;
+use std::time::Duration;
 
 use askama::Template;
 use axum::Router;
-use axum::extract::{Form, FromRequestParts, State};
+use axum::extract::{Form, FromRequestParts, OriginalUri, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
@@ -30,6 +34,11 @@ use crate::AppState;
 
 const SESSION_COOKIE: &str = "racklift_session";
 const FLASH_COOKIE: &str = "racklift_flash";
+/// How long a dashboard session lasts (less when its token expires sooner): a working day of triage.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// The attributes of both cookies: HTTPS only (browsers treat `localhost` as secure too), no script access,
+/// never sent on a cross-site request, and only to the dashboard.
+const COOKIE_ATTRIBUTES: &str = "Secure; HttpOnly; SameSite=Strict; Path=/ui";
 
 /// The dashboard's routes, to be nested under `/ui`.
 pub fn router() -> Router<AppState> {
@@ -42,13 +51,26 @@ pub fn router() -> Router<AppState> {
         .route("/stats", get(stats::state_durations))
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
+        .route("/assets/ui.css", get(assets::stylesheet))
+        .route("/assets/live.js", get(assets::live_script))
+        .fallback(|| async { error_page(StatusCode::NOT_FOUND, "no such page") })
+        .layer(axum::middleware::map_response(assets::security_headers))
 }
 
-/// The browser's session: the API token its cookie holds, verified on this request.
+/// `/ui/` is the dashboard too: a permanent redirect to `/ui`, query kept, with the dashboard's headers.
+pub async fn trailing_slash(OriginalUri(uri): OriginalUri) -> Response {
+    let to = match uri.query() {
+        Some(q) => format!("/ui?{q}"),
+        None => "/ui".to_owned(),
+    };
+    assets::security_headers((StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response()).await
+}
+
+/// The browser's session, verified on this request: the API token it was opened with.
 pub struct Session {
     pub token: ApiToken,
-    /// The raw API token from the cookie; only ever used to derive the CSRF token.
-    secret: String,
+    /// The session id from the cookie; used to derive the CSRF token and to log out.
+    id: String,
 }
 
 impl Session {
@@ -57,7 +79,7 @@ impl Session {
     }
 
     pub fn csrf(&self) -> String {
-        csrf_token(&self.secret)
+        csrf_token(&self.id)
     }
 }
 
@@ -79,9 +101,9 @@ impl FromRequestParts<AppState> for Session {
     /// Without a valid session a page navigation goes to the login form, while the live-refresh fragment and
     /// the forms get 401 (a redirect there would swap a login page into the table, or lose the POST).
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let secret = cookie(&parts.headers, SESSION_COOKIE).filter(|s| !s.is_empty());
-        let token = match &secret {
-            Some(s) => state.store.api_token(s).await.map_err(|e| {
+        let id = cookie(&parts.headers, SESSION_COOKIE).filter(|s| !s.is_empty());
+        let token = match &id {
+            Some(id) => state.store.ui_session(id).await.map_err(|e| {
                 tracing::error!(error = ?e, "ui session lookup failed");
                 error_page(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -90,36 +112,31 @@ impl FromRequestParts<AppState> for Session {
             })?,
             None => None,
         };
-        match (token, secret) {
-            (Some(token), Some(secret)) => Ok(Session { token, secret }),
+        match (token, id) {
+            (Some(token), Some(id)) => Ok(Session { token, id }),
             _ if parts.method == Method::GET && !parts.uri.path().contains("/fragments/") => {
                 Err(see_other("/ui/login", None))
             }
             _ => Err(error_page(
                 StatusCode::UNAUTHORIZED,
-                "not logged in (or the token was revoked)",
+                "not logged in (or the session ended)",
             )),
         }
     }
 }
 
-/// The per-process key of the CSRF tokens. A restart invalidates open forms, which only costs a reload.
-fn csrf_key() -> &'static [u8] {
-    static KEY: OnceLock<String> = OnceLock::new();
-    KEY.get_or_init(racklift_store::new_secret).as_bytes()
-}
-
-fn csrf_mac(secret: &str) -> Hmac<Sha256> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(csrf_key()).expect("HMAC takes any key length");
-    mac.update(b"racklift-ui-csrf\0");
-    mac.update(secret.as_bytes());
+/// HMAC-SHA256 keyed with the session id: only someone holding the session (its cookie is HttpOnly and never sent
+/// cross-site) can compute it, the tag does not give the id away, and every API instance computes the same one.
+fn csrf_mac(session_id: &str) -> Hmac<Sha256> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(session_id.as_bytes()).expect("HMAC takes any key length");
+    mac.update(b"racklift-ui-csrf");
     mac
 }
 
-/// HMAC-SHA256 of the session's token under [`csrf_key`]: a page of this process embeds it in each form, and a
-/// cross-site page cannot read it, nor compute it without the key.
-pub fn csrf_token(secret: &str) -> String {
-    let tag = csrf_mac(secret).finalize().into_bytes();
+/// The CSRF token of a session: a page embeds it in each form, and a cross-site page can neither read it nor
+/// compute it.
+pub fn csrf_token(session_id: &str) -> String {
+    let tag = csrf_mac(session_id).finalize().into_bytes();
     tag.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -128,7 +145,7 @@ fn csrf_ok(session: &Session, given: Option<&str>) -> bool {
     let Some(bytes) = given.and_then(hex_decode) else {
         return false;
     };
-    csrf_mac(&session.secret).verify_slice(&bytes).is_ok()
+    csrf_mac(&session.id).verify_slice(&bytes).is_ok()
 }
 
 fn hex_decode(s: &str) -> Option<Vec<u8>> {
@@ -151,7 +168,7 @@ pub fn see_other(to: &str, flash: Option<&str>) -> Response {
     if let Some(text) = flash {
         // Hex keeps any message a valid cookie value; the page escapes it when it shows it.
         let c = format!(
-            "{FLASH_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/ui; Max-Age=60",
+            "{FLASH_COOKIE}={}; {COOKIE_ATTRIBUTES}; Max-Age=60",
             hex_encode(text)
         );
         if let Ok(v) = HeaderValue::from_str(&c) {
@@ -167,11 +184,9 @@ pub fn take_flash(headers: &HeaderMap) -> (Option<String>, Option<(header::Heade
         return (None, None);
     };
     let text = hex_decode(&raw).and_then(|b| String::from_utf8(b).ok());
-    let clear = HeaderValue::from_str(&format!(
-        "{FLASH_COOKIE}=; HttpOnly; SameSite=Strict; Path=/ui; Max-Age=0"
-    ))
-    .ok()
-    .map(|v| (header::SET_COOKIE, v));
+    let clear = HeaderValue::from_str(&format!("{FLASH_COOKIE}=; {COOKIE_ATTRIBUTES}; Max-Age=0"))
+        .ok()
+        .map(|v| (header::SET_COOKIE, v));
     (text, clear)
 }
 
@@ -223,17 +238,19 @@ struct LoginForm {
     token: String,
 }
 
-/// A token's characters must all be valid in a cookie value; API tokens are hex or plain words.
-fn cookie_safe(s: &str) -> bool {
+/// Whether a pasted string can be an API token at all (hex or plain words, not kilobytes of text), before it costs
+/// a database lookup.
+fn plausible_token(s: &str) -> bool {
     !s.is_empty() && s.len() <= 512 && s.bytes().all(|b| b.is_ascii_graphic() && !b"\";,\\".contains(&b))
 }
 
-/// Checks the pasted token like the bearer check does and keeps it in the session cookie. No CSRF token here:
-/// there is no session yet to bind one to, and logging someone in needs a valid token of one's own.
+/// Checks the pasted token like the bearer check does and opens a session with it; the cookie gets the session's
+/// id. No CSRF token here: there is no session yet to bind one to, and logging someone in needs a valid token of
+/// one's own.
 async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Response {
     let secret = form.token.trim();
-    let known = if cookie_safe(secret) {
-        match state.store.api_token(secret).await {
+    let opened = if plausible_token(secret) {
+        match state.store.create_ui_session(secret, SESSION_TTL).await {
             Ok(t) => t,
             Err(e) => {
                 tracing::error!(error = ?e, "ui login lookup failed");
@@ -246,7 +263,7 @@ async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Re
     } else {
         None
     };
-    let Some(token) = known else {
+    let Some(session) = opened else {
         let page = LoginPage {
             error: Some("unknown API token".into()),
         };
@@ -255,12 +272,17 @@ async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Re
             Err(r) => *r,
         };
     };
+    let token = &session.token;
     tracing::info!(token = %token.name, role = token.role.as_str(), "ui login");
     let mut resp = see_other(
         "/ui",
         Some(&format!("logged in as {} ({})", token.name, token.role.as_str())),
     );
-    let c = format!("{SESSION_COOKIE}={secret}; HttpOnly; SameSite=Strict; Path=/ui");
+    let c = format!(
+        "{SESSION_COOKIE}={}; {COOKIE_ATTRIBUTES}; Max-Age={}",
+        session.id,
+        SESSION_TTL.as_secs()
+    );
     if let Ok(v) = HeaderValue::from_str(&c) {
         resp.headers_mut().append(header::SET_COOKIE, v);
     }
@@ -272,16 +294,25 @@ struct CsrfOnly {
     csrf: Option<String>,
 }
 
-/// Logs out (CSRF-checked, so a cross-site page cannot log an operator out mid-triage).
-async fn logout(session: Session, Form(form): Form<CsrfOnly>) -> Response {
+/// Logs out: the session's row is deleted, so its cookie is worthless even if the browser kept it (CSRF-checked,
+/// so a cross-site page cannot log an operator out mid-triage).
+async fn logout(State(state): State<AppState>, session: Session, Form(form): Form<CsrfOnly>) -> Response {
     if !csrf_ok(&session, form.csrf.as_deref()) {
         return error_page(
             StatusCode::FORBIDDEN,
             "missing or wrong CSRF token; reload the page",
         );
     }
+    if let Err(e) = state.store.end_ui_session(&session.id).await {
+        tracing::error!(error = ?e, "ui logout failed");
+        return error_page(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error; see the server log",
+        );
+    }
+    tracing::info!(token = %session.token.name, "ui logout");
     let mut resp = see_other("/ui/login", None);
-    let c = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/ui; Max-Age=0");
+    let c = format!("{SESSION_COOKIE}=; {COOKIE_ATTRIBUTES}; Max-Age=0");
     if let Ok(v) = HeaderValue::from_str(&c) {
         resp.headers_mut().append(header::SET_COOKIE, v);
     }
@@ -302,6 +333,6 @@ mod tests {
             Some("héllo".as_bytes())
         );
         assert_eq!(hex_decode("abc"), None);
-        assert!(cookie_safe("operator-secret") && !cookie_safe("a b") && !cookie_safe("a;b"));
+        assert!(plausible_token("operator-secret") && !plausible_token("a b") && !plausible_token("a;b"));
     }
 }

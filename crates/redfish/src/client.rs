@@ -74,6 +74,22 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
+    /// The reply itself when its status is a success, else [`Error::Status`] with what the BMC's error body says.
+    pub fn checked(self, method: &str, path: &str) -> Result<Self> {
+        if self.status.is_success() {
+            return Ok(self);
+        }
+        let (message_id, extended) = parse_error_body(&self.body);
+        Err(Error::Status {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            status: self.status.as_u16(),
+            message_id,
+            extended,
+            retry_after: self.retry_after,
+        })
+    }
+
     /// Parses the body, naming `path` on failure.
     pub fn json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         serde_json::from_slice(&self.body).map_err(|source| Error::Decode {
@@ -392,19 +408,7 @@ impl BmcClient {
                     fence,
                     "redfish request"
                 );
-                if reply.status.is_success() {
-                    Ok(reply)
-                } else {
-                    let (message_id, extended) = parse_error_body(&reply.body);
-                    Err(Error::Status {
-                        method: method.to_owned(),
-                        path: req.path.to_owned(),
-                        status: reply.status.as_u16(),
-                        message_id,
-                        extended,
-                        retry_after: reply.retry_after,
-                    })
-                }
+                reply.checked(method, req.path)
             }
             Err(source) => {
                 tracing::debug!(server, method, path = req.path, duration_ms, fence, error = %source, "redfish request failed");

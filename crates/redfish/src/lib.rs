@@ -16,6 +16,8 @@ mod bios;
 mod boot;
 mod client;
 mod config;
+#[doc(hidden)]
+pub mod decode_paths;
 mod error;
 mod limiter;
 mod media;

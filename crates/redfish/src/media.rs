@@ -487,7 +487,7 @@ fn outcome(method: InsertMethod, reply: &Reply) -> InsertOutcome {
     }
 }
 
-fn last_segment(path: &str) -> &str {
+pub(crate) fn last_segment(path: &str) -> &str {
     path.trim_end_matches('/').rsplit('/').next().unwrap_or(path)
 }
 

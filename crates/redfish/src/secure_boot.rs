@@ -102,6 +102,15 @@ pub struct KeyDatabase {
     pub signatures: Vec<KeySignature>,
 }
 
+/// A key database's name: `DatabaseId`, else `Id`, else `Name` (empty when it has none of them).
+pub(crate) fn database_id(db: &Map<String, Value>) -> String {
+    ["DatabaseId", "Id", "Name"]
+        .iter()
+        .find_map(|k| db.get(*k).and_then(Value::as_str))
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// The databases the deployment manages; the `*Default` ones are read-only references.
 const DATABASES: [&str; 4] = ["PK", "KEK", "db", "dbx"];
 
@@ -126,11 +135,7 @@ impl BmcClient {
         let mut out = Vec::new();
         for member in collection.members {
             let db: Map<String, Value> = self.get_json(&member.odata_id).await?;
-            let id = ["DatabaseId", "Id", "Name"]
-                .iter()
-                .find_map(|k| db.get(*k).and_then(Value::as_str))
-                .unwrap_or_default()
-                .to_owned();
+            let id = database_id(&db);
             if !DATABASES.contains(&id.as_str()) {
                 continue;
             }

@@ -272,7 +272,7 @@ impl BmcClient {
     }
 }
 
-fn reset_action(system: &SystemInfo) -> Result<ActionRef> {
+pub(crate) fn reset_action(system: &SystemInfo) -> Result<ActionRef> {
     ActionRef::find(system.actions.as_ref(), "#ComputerSystem.Reset").ok_or_else(|| Error::Unsupported {
         what: "#ComputerSystem.Reset action".into(),
     })

@@ -97,36 +97,43 @@ impl BmcClient {
                 Err(e) if matches!(e.status(), Some(404 | 410)) => return Ok(TaskPoll::Gone),
                 Err(e) => return Err(e),
             };
-            let body: Option<Value> = serde_json::from_slice(&reply.body).ok();
-            let task = body.as_ref().and_then(|b| TaskBody::deserialize(b).ok());
-            let state = task.as_ref().and_then(|t| t.task_state.clone());
-            let running = reply.status.as_u16() == 202
-                || state.as_ref().is_some_and(|s| {
-                    matches!(
-                        s,
-                        TaskState::New | TaskState::Starting | TaskState::Running | TaskState::Pending
-                    )
-                });
-            if running {
-                return Ok(TaskPoll::Running {
-                    retry_after: reply.retry_after.unwrap_or(Duration::from_secs(2)),
-                    percent: task.and_then(|t| t.percent_complete),
-                });
-            }
-            if let (Some(state), Some(task)) = (state, task)
-                && state.is_failure()
-            {
-                return Err(Error::TaskFailed {
-                    uri: monitor.uri.clone(),
-                    state: state.to_string(),
-                    message_ids: task.messages.into_iter().map(|m| m.message_id).collect(),
-                });
-            }
-            Ok(TaskPoll::Done {
-                status: reply.status.as_u16(),
-                body,
-            })
+            interpret(monitor, &reply)
         })
         .await
     }
+}
+
+/// What a task monitor's answer means: still running (202, or a Task in a running state), failed (a Task in a
+/// failed state), else done with whatever body came. Never a decode error: monitors answer with anything from an
+/// empty body to the resource the task made.
+pub(crate) fn interpret(monitor: &TaskMonitor, reply: &Reply) -> Result<TaskPoll> {
+    let body: Option<Value> = serde_json::from_slice(&reply.body).ok();
+    let task = body.as_ref().and_then(|b| TaskBody::deserialize(b).ok());
+    let state = task.as_ref().and_then(|t| t.task_state.clone());
+    let running = reply.status.as_u16() == 202
+        || state.as_ref().is_some_and(|s| {
+            matches!(
+                s,
+                TaskState::New | TaskState::Starting | TaskState::Running | TaskState::Pending
+            )
+        });
+    if running {
+        return Ok(TaskPoll::Running {
+            retry_after: reply.retry_after.unwrap_or(Duration::from_secs(2)),
+            percent: task.and_then(|t| t.percent_complete),
+        });
+    }
+    if let (Some(state), Some(task)) = (state, task)
+        && state.is_failure()
+    {
+        return Err(Error::TaskFailed {
+            uri: monitor.uri.clone(),
+            state: state.to_string(),
+            message_ids: task.messages.into_iter().map(|m| m.message_id).collect(),
+        });
+    }
+    Ok(TaskPoll::Done {
+        status: reply.status.as_u16(),
+        body,
+    })
 }

@@ -236,10 +236,15 @@ impl Store {
     // --- API tokens -------------------------------------------------------------------------------------------
 
     /// Stores the digest of `secret` under `name`; replaces an existing token of that name (and clears its
-    /// expiry). For `racklift up`, which re-creates its admin token on every start.
+    /// expiry). For `racklift up`, which re-creates its admin token on every start. A new secret ends the
+    /// dashboard sessions made with the old one: that token is gone, whatever its name.
     pub async fn put_api_token(&self, name: &str, secret: &str, role: Role) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO api_tokens (name, secret_sha256, role) VALUES ($1, decode($2, 'hex'), $3) \
+            "WITH rekeyed AS ( \
+                 DELETE FROM ui_sessions s USING api_tokens t \
+                 WHERE s.api_token_id = t.id AND t.name = $1 AND t.secret_sha256 <> decode($2, 'hex') \
+             ) \
+             INSERT INTO api_tokens (name, secret_sha256, role) VALUES ($1, decode($2, 'hex'), $3) \
              ON CONFLICT (name) DO UPDATE SET secret_sha256 = excluded.secret_sha256, role = excluded.role, \
              expires_at = NULL",
         )
@@ -307,7 +312,7 @@ impl Store {
     }
 
     /// Deletes the token called `name`; `false` when there is none. The API looks tokens up per request, so the
-    /// next request with it is refused.
+    /// next request with it is refused, and its dashboard sessions go with it (`ON DELETE CASCADE`).
     pub async fn revoke_api_token(&self, name: &str) -> Result<bool, StoreError> {
         let done = sqlx::query("DELETE FROM api_tokens WHERE name = $1")
             .bind(name)

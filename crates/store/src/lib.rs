@@ -12,6 +12,7 @@ mod events;
 mod media;
 mod servers;
 mod triage;
+mod ui_sessions;
 
 pub use bmc_actions::{BMC_ACTION_KIND, BmcAction, BmcActionPayload, bmc_action_request_key};
 pub use catalog::{
@@ -30,6 +31,7 @@ pub use triage::{
     DeadLetterSummary, LiveJob, StateDuration, StateSpan, StuckDeployment, TriageAction, TriageStatus,
     redact, redact_text,
 };
+pub use ui_sessions::NewUiSession;
 
 use sqlx::PgPool;
 
