@@ -68,17 +68,6 @@ pub fn sha256_hex(field: &str, value: &str) -> Result<(), ApiError> {
     }
 }
 
-/// `env:NAME` or `file:PATH`: the database only ever holds a reference to a BMC password.
-pub fn password_ref(field: &str, value: &str) -> Result<(), ApiError> {
-    match value.split_once(':') {
-        Some(("env" | "file", rest)) if !rest.is_empty() => Ok(()),
-        _ => Err(ApiError::invalid(
-            field,
-            "must be env:NAME or file:PATH (never the password itself)",
-        )),
-    }
-}
-
 /// A certificate pin the Redfish client accepts.
 pub fn cert_pin(field: &str, value: &str) -> Result<(), ApiError> {
     value
