@@ -173,7 +173,7 @@ pub async fn list_profiles(
 }
 
 /// Checks a profile's shape up front, so the deploy endpoint can rely on it when resolving a plan.
-fn check_profile(p: &NewBiosProfile) -> Result<(), ApiError> {
+pub(crate) fn check_profile(p: &NewBiosProfile) -> Result<(), ApiError> {
     validate::name("name", &p.name)?;
     let object = |field: &str, v: &Value| -> Result<(), ApiError> {
         if v.is_null() || v.is_object() {
@@ -275,26 +275,28 @@ pub async fn list_images(State(state): State<AppState>, _: Viewer) -> Result<Jso
 pub async fn create_image(
     State(state): State<AppState>,
     _: Admin,
-    Body(i): Body<NewImage>,
+    Body(mut i): Body<NewImage>,
 ) -> Result<impl IntoResponse, ApiError> {
     validate::non_empty("type", &i.image_type)?;
     validate::non_empty("architecture", &i.architecture)?;
     validate::non_empty("channel", &i.channel)?;
-    if !std::path::Path::new(&i.path).is_absolute() {
-        return Err(ApiError::invalid("path", "must be an absolute path"));
-    }
-    if let Some(dir) = &state.config.images_dir
-        && !crate::media::inside(dir, std::path::Path::new(&i.path))
-    {
-        return Err(ApiError::unprocessable(
-            "outside_images_dir",
-            "path",
-            format!(
-                "images must be files inside the images directory {}",
-                dir.display()
-            ),
-        ));
-    }
+    validate::non_empty("path", &i.path)?;
+    // Stored resolved, so the catalog shows the file that is served.
+    let resolved = crate::media::image_in_dir(&state.config.images_dir, std::path::Path::new(&i.path)).await;
+    i.path = resolved
+        .as_deref()
+        .and_then(std::path::Path::to_str)
+        .ok_or_else(|| {
+            ApiError::unprocessable(
+                "outside_images_dir",
+                "path",
+                format!(
+                    "images must be regular files inside the images directory {} (absolute, or relative to it)",
+                    state.config.images_dir.display()
+                ),
+            )
+        })?
+        .to_owned();
     if i.size_bytes < 0 {
         return Err(ApiError::invalid("size_bytes", "must not be negative"));
     }

@@ -61,7 +61,8 @@ pub fn generate_image(dir: &Path, size: u64) -> std::io::Result<(PathBuf, String
     Ok((path, sha))
 }
 
-/// Creates the catalog for `servers`. `password_ref` is how every BMC's password is found (`file:PATH`).
+/// Creates the catalog for `servers`. `password_ref` is how every BMC's password is found (`file:NAME`, a name in
+/// the secrets directory).
 pub async fn seed_catalog(
     store: &Store,
     servers: &[RackServer],

@@ -417,20 +417,21 @@ fn resolve_profiles(profiles: &[BiosProfile]) -> (BiosPlan, SecureBootPlan) {
 /// Reads the BMC's virtual media: the named device, else the first CD/DVD slot (system before manager), else
 /// any slot. Only a BMC with no virtual media at all is rejected.
 async fn select_slot(state: &AppState, server: &Server, device: Option<&str>) -> Result<MediaSlot, ApiError> {
-    use racklift_workers::bmc_access::{AccessError, client_for};
-    let client =
-        client_for(server, state.config.bmc_read_timeout, &state.config.bmc_access).map_err(|e| match e {
+    use racklift_bmc_access::{AccessError, client_for};
+    let client = client_for(server, state.config.bmc_read_timeout, &state.config.bmc_access)
+        .await
+        .map_err(|e| match e {
             AccessError::NotConfigured { .. } => {
                 ApiError::unprocessable("bmc_not_configured", "bmc_address", e.to_string())
             }
             AccessError::BadPin { .. } => {
                 ApiError::unprocessable("bmc_cert_pin_invalid", "bmc_cert_pin", e.to_string())
             }
-            AccessError::BadReference { .. } | AccessError::Unreadable { .. } => {
-                ApiError::unprocessable("bmc_password_unreadable", "bmc_password_ref", e.to_string())
-            }
-            AccessError::OutsideSecretsDir { .. } => {
-                ApiError::unprocessable("outside_secrets_dir", "bmc_password_ref", e.to_string())
+            // The answer does not name the host's paths; the log has the whole reason.
+            AccessError::Password { ref source, .. } => {
+                tracing::warn!(server = %server.name, error = ?source,
+                    "deploy pre-flight: the BMC password reference does not resolve");
+                crate::servers::password_ref_error(source)
             }
             AccessError::PlainHttp { .. } => {
                 ApiError::unprocessable("plain_http_bmc", "bmc_address", e.to_string())

@@ -35,6 +35,8 @@ pub use error::{ApiError, ServeError};
 /// The media server's Range handling as a pure function, for the fuzz targets; not part of the API.
 #[doc(hidden)]
 pub use media::{MAX_RANGES, RangePlan, plan_ranges};
+#[doc(hidden)]
+pub mod fuzzing;
 
 /// Settings of the media server.
 #[derive(Debug, Clone)]
@@ -66,10 +68,11 @@ pub struct ApiConfig {
     pub body_limit_bytes: usize,
     /// Deadline of the BMC read made by the deploy pre-flight check.
     pub bmc_read_timeout: Duration,
-    /// How BMCs are reached (CA bundle, secrets directory): the pre-flight reads the BMC as a worker would.
-    pub bmc_access: racklift_workers::bmc_access::AccessPolicy,
-    /// When set, catalog images must live inside this directory (checked when registered and when served).
-    pub images_dir: Option<std::path::PathBuf>,
+    /// How BMCs are reached (CA bundle, where password references may point): the pre-flight reads the BMC as a
+    /// worker would, and a stored reference is checked against the same rules.
+    pub bmc_access: racklift_bmc_access::AccessPolicy,
+    /// Catalog images must be regular files inside this directory (checked when registered and when served).
+    pub images_dir: std::path::PathBuf,
     /// The listener's header read timeout and connection cap.
     pub listener: racklift_listener::Limits,
     /// Deadline of a whole request and its response, except the media streams (an image takes minutes to
@@ -87,7 +90,7 @@ impl Default for ApiConfig {
             body_limit_bytes: 1024 * 1024,
             bmc_read_timeout: Duration::from_secs(30),
             bmc_access: Default::default(),
-            images_dir: None,
+            images_dir: std::path::PathBuf::from("/var/lib/racklift/images"),
             listener: racklift_listener::Limits::default(),
             request_timeout: Duration::from_secs(60),
             body_timeout: Duration::from_secs(30),

@@ -97,12 +97,17 @@ pub async fn flush_loop(state: AppState, shutdown: CancellationToken) {
     }
 }
 
-/// Whether `path` is an existing file inside `dir` once symbolic links are resolved.
-pub(crate) fn inside(dir: &std::path::Path, path: &std::path::Path) -> bool {
-    match (std::fs::canonicalize(dir), std::fs::canonicalize(path)) {
-        (Ok(dir), Ok(path)) => path.starts_with(dir) && path.is_file(),
-        _ => false,
-    }
+/// The image `path` (absolute, or relative to `dir`) with symbolic links resolved, when it is a regular file
+/// inside `dir`: whoever registers an image chooses what the media server hands to anyone holding a media URL,
+/// so nothing else may be named (`/etc/shadow`, a FIFO, a link out of the directory).
+pub(crate) async fn image_in_dir(
+    dir: &std::path::Path,
+    path: &std::path::Path,
+) -> Option<std::path::PathBuf> {
+    let dir = tokio::fs::canonicalize(dir).await.ok()?;
+    let path = tokio::fs::canonicalize(dir.join(path)).await.ok()?;
+    let regular = tokio::fs::metadata(&path).await.ok()?.file_type().is_file();
+    (regular && path.starts_with(&dir)).then_some(path)
 }
 
 fn not_found() -> ApiError {
@@ -112,7 +117,7 @@ fn not_found() -> ApiError {
 /// Reads `[start, start + len)` of the file as a stream that records each chunk as it is handed to the
 /// connection, so an aborted transfer only counts what was sent.
 fn file_part(
-    path: String,
+    path: std::path::PathBuf,
     start: u64,
     len: u64,
     recorder: Recorder,
@@ -209,14 +214,14 @@ pub async fn serve_media(
     if target.finished {
         return Err(not_found());
     }
-    // The images directory may have been set after the image was registered: nothing outside it is served.
-    if let Some(dir) = &state.config.images_dir
-        && !inside(dir, std::path::Path::new(&target.path))
-    {
-        tracing::error!(deployment_id = target.deployment_id, path = %target.path, "image outside the images directory; not served");
+    // Checked again at every request: the images directory may have changed since the image was registered, or
+    // the file been replaced by a link out of it. The resolved path is what is read.
+    let Some(path) = image_in_dir(&state.config.images_dir, std::path::Path::new(&target.path)).await else {
+        tracing::error!(deployment_id = target.deployment_id, path = %target.path,
+            "image not a regular file inside the images directory; not served");
         return Err(not_found());
-    }
-    let size = tokio::fs::metadata(&target.path)
+    };
+    let size = tokio::fs::metadata(&path)
         .await
         .map_err(|e| {
             tracing::error!(deployment_id = target.deployment_id, path = %target.path, error = %e, "image file unreadable");
@@ -253,7 +258,7 @@ pub async fn serve_media(
 
     let part = |start: u64, len: u64| {
         file_part(
-            target.path.clone(),
+            path.clone(),
             start,
             len,
             state.media_reads.clone(),

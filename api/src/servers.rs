@@ -4,6 +4,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use racklift_bmc_access::SecretError;
 use racklift_store::{Event, NewServer, ServerUpdate};
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -15,7 +16,7 @@ use crate::openapi::{AdminErrors, ViewerErrors};
 use crate::validate;
 use crate::views::{DeploymentView, ServerDetail, ServerView};
 
-fn check_bmc_fields(
+async fn check_bmc_fields(
     state: &AppState,
     address: Option<&str>,
     password_ref: Option<&str>,
@@ -25,24 +26,50 @@ fn check_bmc_fields(
         validate::http_url("bmc_address", a)?;
     }
     if let Some(p) = password_ref {
-        validate::password_ref("bmc_password_ref", p)?;
-        let policy = &state.config.bmc_access;
-        if !policy.allows_reference(p) {
-            let dir = policy
-                .secrets_dir()
-                .map(|d| d.display().to_string())
-                .unwrap_or_default();
-            return Err(ApiError::unprocessable(
-                "outside_secrets_dir",
-                "bmc_password_ref",
-                format!("file references must point inside the secrets directory {dir}"),
-            ));
-        }
+        state
+            .config
+            .bmc_access
+            .secrets()
+            .check(p)
+            .await
+            .map_err(|e| password_ref_error(&e))?;
     }
     if let Some(p) = pin {
         validate::cert_pin("bmc_cert_pin", p)?;
     }
     Ok(())
+}
+
+/// A password reference refused or unreadable, as answered: 422 naming `bmc_password_ref`. Refusals by form say
+/// what the rule is; failures to read say what is wrong without naming the host's paths (the secrets directory
+/// included), which the log has.
+pub(crate) fn password_ref_error(e: &SecretError) -> ApiError {
+    let field = "bmc_password_ref";
+    let reason = match e {
+        SecretError::BadForm { .. } | SecretError::EnvPrefix { .. } => {
+            return ApiError::unprocessable("bad_password_ref", field, e.to_string());
+        }
+        SecretError::Outside { .. } => {
+            return ApiError::unprocessable(
+                "outside_secrets_dir",
+                field,
+                "file references must stay inside the secrets directory, symbolic links included",
+            );
+        }
+        SecretError::EnvNotSet { .. } => "the variable is not set",
+        SecretError::DirUnavailable { .. } => "the secrets directory is not available",
+        SecretError::Unreadable { .. } => "the file does not exist or cannot be read",
+        SecretError::NotRegularFile { .. } => "the file is not a regular file",
+        SecretError::TooLarge { .. } => "the file is larger than a password can be",
+        SecretError::Deadline { .. } => "the file was not read in time",
+        SecretError::Empty { .. } => "the password is empty",
+        SecretError::NotText { .. } => "the password is not UTF-8 text",
+    };
+    ApiError::unprocessable(
+        "bmc_password_unreadable",
+        field,
+        format!("the BMC password bmc_password_ref names cannot be used: {reason}"),
+    )
 }
 
 /// An `http://` BMC gets its password in the clear: 422 naming `bmc_address` unless the server explicitly
@@ -94,7 +121,8 @@ pub async fn create(
         Some(&new.bmc_address),
         new.bmc_password_ref.as_deref(),
         new.bmc_cert_pin.as_deref(),
-    )?;
+    )
+    .await?;
     check_plain_http(&new.bmc_address, new.allow_plain_http)?;
     let server = state
         .store
@@ -168,7 +196,8 @@ pub async fn update(
         u.bmc_address.as_deref(),
         u.bmc_password_ref.as_deref(),
         u.bmc_cert_pin.as_deref(),
-    )?;
+    )
+    .await?;
     if u.bmc_address.is_some() || u.allow_plain_http.is_some() {
         let current = state.store.server(&name).await.map_err(server_not_found)?;
         check_plain_http(

@@ -26,16 +26,58 @@ pub fn name(field: &str, value: &str) -> Result<(), ApiError> {
 
 /// An absolute `http://` or `https://` URL with a host.
 pub fn http_url(field: &str, value: &str) -> Result<(), ApiError> {
-    let bad = || {
-        ApiError::invalid(
+    if is_http_url(value) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
             field,
             format!("{value:?} is not an http:// or https:// URL with a host"),
-        )
+        ))
+    }
+}
+
+/// The rule of [`http_url`], and of the `pattern` the OpenAPI document gives such fields:
+/// `^https?://(HOST|[IPv6])(:PORT)?(/PATH)?$`, the path and host in URL-safe characters, no user info, no query.
+fn is_http_url(value: &str) -> bool {
+    let Some(rest) = value
+        .strip_prefix("https://")
+        .or_else(|| value.strip_prefix("http://"))
+    else {
+        return false;
     };
-    let uri: Uri = value.parse().map_err(|_| bad())?;
-    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
-    let host_ok = uri.host().is_some_and(|h| !h.is_empty());
-    if scheme_ok && host_ok { Ok(()) } else { Err(bad()) }
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, port))
+                if !addr.is_empty()
+                    && addr
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.') =>
+            {
+                (addr, port)
+            }
+            _ => return false,
+        },
+        None => {
+            let (host, port) = authority.split_at(authority.find(':').unwrap_or(authority.len()));
+            if host.is_empty()
+                || !host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+            {
+                return false;
+            }
+            (host, port)
+        }
+    };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|p| (1..=5).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit()));
+    let path_ok = path
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._~!$&()*+,;=:@%/-".contains(&b));
+    !host.is_empty() && port_ok && path_ok && value.parse::<Uri>().is_ok()
 }
 
 /// 64 lower-case hex digits.
@@ -51,17 +93,6 @@ pub fn sha256_hex(field: &str, value: &str) -> Result<(), ApiError> {
             field,
             "must be 64 lower-case hex digits (a SHA-256)",
         ))
-    }
-}
-
-/// `env:NAME` or `file:PATH`: the database only ever holds a reference to a BMC password.
-pub fn password_ref(field: &str, value: &str) -> Result<(), ApiError> {
-    match value.split_once(':') {
-        Some(("env" | "file", rest)) if !rest.is_empty() => Ok(()),
-        _ => Err(ApiError::invalid(
-            field,
-            "must be env:NAME or file:PATH (never the password itself)",
-        )),
     }
 }
 
@@ -82,5 +113,30 @@ pub fn non_empty(field: &str, value: &str) -> Result<(), ApiError> {
         ))
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_http_url;
+
+    #[test]
+    fn http_urls_follow_the_documented_pattern() {
+        for (url, ok) in [
+            ("https://10.0.40.7", true),
+            ("http://bmc-7.rack1.example.net:8443/redfish/v1", true),
+            ("https://[fd00::7]:443", true),
+            ("https://R:64440", true),
+            ("https://R:64440*", false),
+            ("https://user@host", false),
+            ("https://host/a?b=c", false),
+            ("https://", false),
+            ("ftp://host", false),
+            ("https://ho st", false),
+            ("https://host:123456", false),
+            ("https://[]", false),
+        ] {
+            assert_eq!(is_http_url(url), ok, "{url}");
+        }
     }
 }

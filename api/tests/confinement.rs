@@ -1,85 +1,50 @@
-//! racklift.toml's `[paths] secrets_dir` and `images_dir`: once set, a BMC's `file:` password reference and a
-//! catalog image must point inside them (symbolic links resolved), refused with a 422 naming the field otherwise.
+//! racklift.toml's `[paths] images_dir`: a catalog image is a regular file inside it (symbolic links resolved),
+//! given absolute or relative to it, refused with a 422 naming `path` otherwise; and the media server checks it
+//! again at every request, so a file swapped for a link out of the directory is not served. The confinement of
+//! BMC password references is in `secret_confinement.rs`.
 
 mod common;
 
-use common::{ADMIN, Api, code, field};
-use racklift_api::ApiConfig;
-use racklift_workers::bmc_access::AccessPolicy;
+use common::{ADMIN, Api, OPERATOR, code, field};
+use racklift_bmc_sim::{Personality, PersonalityChoice, Sim, SimConfig};
 use reqwest::Method;
 use serde_json::json;
 
-struct Dirs {
-    base: std::path::PathBuf,
+fn image(path: &str, channel: &str) -> serde_json::Value {
+    json!({ "type": "iso", "architecture": "x86_64", "channel": channel, "path": path,
+            "size_bytes": 4096, "sha256": "0".repeat(64) })
 }
 
-impl Drop for Dirs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.base);
-    }
+fn mkfifo(path: &std::path::Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("run mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
 }
 
 #[tokio::test]
-async fn references_and_images_stay_inside_their_directories() {
-    let dirs = Dirs {
-        base: std::env::temp_dir().join(format!("racklift-confine-{}", uuid::Uuid::new_v4())),
-    };
-    let (secrets, images) = (dirs.base.join("secrets"), dirs.base.join("images"));
-    std::fs::create_dir_all(&secrets).unwrap();
-    std::fs::create_dir_all(&images).unwrap();
-    std::fs::write(secrets.join("bmc"), "pw").unwrap();
-    std::fs::write(dirs.base.join("elsewhere"), "pw").unwrap();
+async fn images_stay_inside_their_directory() {
+    let api = Api::start().await;
+    let images = api.dirs.images();
+    let elsewhere = api.dirs.base.join("elsewhere");
+    std::fs::write(&elsewhere, vec![0u8; 4096]).unwrap();
     std::fs::write(images.join("incusos.img"), vec![0u8; 4096]).unwrap();
-    std::os::unix::fs::symlink(dirs.base.join("elsewhere"), images.join("link.img")).unwrap();
-    let api = Api::start_with(ApiConfig {
-        bmc_access: AccessPolicy::load(None, Some(&secrets)).unwrap(),
-        images_dir: Some(images.clone()),
-        ..ApiConfig::default()
-    })
-    .await;
+    std::os::unix::fs::symlink(&elsewhere, images.join("link.img")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", images.join("passwd.img")).unwrap();
+    mkfifo(&images.join("fifo.img"));
+    std::fs::create_dir_all(images.join("a-directory")).unwrap();
+    let inside = |name: &str| images.join(name).display().to_string();
 
-    let server = |name: &str, reference: String| {
-        json!({ "name": name, "bmc_address": "https://10.0.0.9", "bmc_username": "root",
-                "bmc_password_ref": reference })
-    };
-    let outside = format!("file:{}", dirs.base.join("elsewhere").display());
-    let (s, v) = api
-        .call(Method::POST, "/1.0/servers", ADMIN, Some(server("c1", outside)))
-        .await;
-    assert_eq!(
-        (s, code(&v), field(&v)),
-        (422, "outside_secrets_dir", Some("bmc_password_ref")),
-        "{v}"
-    );
-    let dotdot = format!("file:{}/../elsewhere", secrets.display());
-    let (s, v) = api
-        .call(Method::POST, "/1.0/servers", ADMIN, Some(server("c1", dotdot)))
-        .await;
-    assert_eq!((s, field(&v)), (422, Some("bmc_password_ref")), "{v}");
-    let inside = format!("file:{}", secrets.join("bmc").display());
-    let (s, v) = api
-        .call(Method::POST, "/1.0/servers", ADMIN, Some(server("c1", inside)))
-        .await;
-    assert_eq!(s, 201, "{v}");
-    // Environment references are not files: the directory does not apply to them.
-    let (s, v) = api
-        .call(
-            Method::POST,
-            "/1.0/servers",
-            ADMIN,
-            Some(server("c2", "env:C2_PASSWORD".into())),
-        )
-        .await;
-    assert_eq!(s, 201, "{v}");
-
-    let image = |path: &std::path::Path, channel: &str| {
-        json!({ "type": "iso", "architecture": "x86_64", "channel": channel, "path": path,
-                "size_bytes": 4096, "sha256": "0".repeat(64) })
-    };
     for (path, why) in [
-        (dirs.base.join("elsewhere"), "a file outside"),
-        (images.join("link.img"), "a link pointing outside"),
-        (images.join("missing.img"), "a file that does not exist"),
+        (elsewhere.display().to_string(), "a file outside"),
+        ("/etc/shadow".to_owned(), "a host file"),
+        (inside("link.img"), "a link pointing outside"),
+        ("passwd.img".to_owned(), "a relative link pointing outside"),
+        ("../elsewhere".to_owned(), "a relative path climbing out"),
+        (inside("missing.img"), "a file that does not exist"),
+        (inside("fifo.img"), "a FIFO"),
+        (inside("a-directory"), "a directory"),
     ] {
         let (s, v) = api
             .call(Method::POST, "/1.0/images", ADMIN, Some(image(&path, "stable")))
@@ -90,13 +55,66 @@ async fn references_and_images_stay_inside_their_directories() {
             "{why}: {v}"
         );
     }
-    let (s, v) = api
-        .call(
+    let canonical = std::fs::canonicalize(images.join("incusos.img")).unwrap();
+    for (path, channel) in [
+        (inside("incusos.img"), "stable"),
+        ("incusos.img".to_owned(), "testing"),
+    ] {
+        let (s, v) = api
+            .call(Method::POST, "/1.0/images", ADMIN, Some(image(&path, channel)))
+            .await;
+        assert_eq!(s, 201, "{path}: {v}");
+        assert_eq!(v["path"].as_str(), canonical.to_str(), "stored resolved: {v}");
+    }
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn the_media_server_checks_the_file_again_at_every_request() {
+    let api = Api::start().await;
+    let sim =
+        Sim::start(SimConfig::new(1, PersonalityChoice::Single(Personality::Generic)).with_time_scale(0.001))
+            .await
+            .expect("simulator");
+    let (token, path) = common::catalog(&api, &sim, 4096).await;
+    common::set_public_address(&api).await;
+    let r = api
+        .req(
             Method::POST,
-            "/1.0/images",
-            ADMIN,
-            Some(image(&images.join("incusos.img"), "stable")),
+            "/1.0/provisioning/servers/node1:deploy",
+            Some(OPERATOR),
         )
-        .await;
-    assert_eq!(s, 201, "{v}");
+        .json(&json!({ "token": token, "seed": "web" }));
+    let (s, d) = common::read(r.send().await.unwrap()).await;
+    assert_eq!(s, 202, "{d}");
+    let secret: String = sqlx::query_scalar("SELECT media_secret FROM deployments WHERE id = $1")
+        .bind(d["id"].as_i64().unwrap())
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    let url = format!("/media/{secret}/incusos.img");
+    let status = || async {
+        api.req(Method::GET, &url, None)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(status().await, 200);
+
+    let outside = api.dirs.base.join("outside.img");
+    std::fs::write(&outside, vec![7u8; 4096]).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink(&outside, &path).unwrap();
+    assert_eq!(
+        status().await,
+        404,
+        "a link out of the images directory is served"
+    );
+    std::fs::remove_file(&path).unwrap();
+    mkfifo(std::path::Path::new(&path));
+    assert_eq!(status().await, 404, "a FIFO is served");
+    api.stop().await;
+    sim.shutdown().await;
 }

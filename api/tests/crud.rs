@@ -142,9 +142,17 @@ async fn catalog_round_trip_and_validation() {
             Some(json!({ "name": "s1", "bmc_password_ref": "hunter2" })),
         )
         .await;
-    assert_eq!((s, field(&v)), (400, Some("bmc_password_ref")));
+    assert_eq!(
+        (s, code(&v), field(&v)),
+        (422, "bad_password_ref", Some("bmc_password_ref")),
+        "{v}"
+    );
+    assert!(
+        !v.to_string().contains("hunter2"),
+        "a refusal repeats the password: {v}"
+    );
     let new = json!({ "name": "s1", "bmc_address": "https://10.0.0.1", "bmc_username": "root",
-                      "bmc_password_ref": "env:S1_PASSWORD", "vendor_hint": "dell" });
+                      "bmc_password_ref": "env:RACKLIFT_SECRET_S1_PASSWORD", "vendor_hint": "dell" });
     let (s, v) = api
         .call(Method::POST, "/1.0/servers", ADMIN, Some(new.clone()))
         .await;
@@ -267,8 +275,10 @@ async fn catalog_round_trip_and_validation() {
         .await;
     assert_eq!(s, 204);
 
-    // Images and settings.
-    let image = json!({ "type": "iso", "architecture": "x86_64", "channel": "stable", "path": "/srv/incusos.img",
+    // Images and settings. A path is absolute or relative to the images directory, and stored resolved.
+    let file = std::fs::canonicalize(api.image_file(&[0u8; 10])).unwrap();
+    let relative = file.file_name().unwrap().to_str().unwrap();
+    let image = json!({ "type": "iso", "architecture": "x86_64", "channel": "stable", "path": relative,
                         "size_bytes": 10, "sha256": "XYZ" });
     let (s, v) = api
         .call(Method::POST, "/1.0/images", ADMIN, Some(image.clone()))
@@ -276,8 +286,8 @@ async fn catalog_round_trip_and_validation() {
     assert_eq!((s, code(&v), field(&v)), (400, "invalid_field", Some("sha256")));
     let mut image = image;
     image["sha256"] = json!("a".repeat(64));
-    let (s, _) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
-    assert_eq!(s, 201);
+    let (s, v) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
+    assert_eq!((s, v["path"].as_str()), (201, file.to_str()), "{v}");
     let (s, v) = api
         .call(
             Method::PUT,
@@ -367,7 +377,7 @@ async fn registration_needs_a_valid_token() {
 /// server sets `allow_plain_http`, on create and on every change that would make it plain.
 async fn plain_http_needs_explicit_consent(api: &Api) {
     let plain = json!({ "name": "plain1", "bmc_address": "http://10.0.0.2", "bmc_username": "root",
-                        "bmc_password_ref": "env:S1_PASSWORD" });
+                        "bmc_password_ref": "env:RACKLIFT_SECRET_S1_PASSWORD" });
     let (s, v) = api
         .call(Method::POST, "/1.0/servers", ADMIN, Some(plain.clone()))
         .await;

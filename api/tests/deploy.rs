@@ -168,7 +168,7 @@ async fn every_preflight_check_rejects_with_its_code() {
         ADMIN,
         Some(
             json!({ "name": "nomedia", "bmc_address": stub, "bmc_username": "u",
-                     "bmc_password_ref": common::password_file("p"), "allow_plain_http": true }),
+                     "bmc_password_ref": api.password_file("p"), "allow_plain_http": true }),
         ),
     )
     .await;

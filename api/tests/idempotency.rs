@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 /// A server with a BMC configured; nothing here contacts it (actions are only enqueued).
 async fn server(api: &Api, name: &str) {
     let body = json!({ "name": name, "bmc_address": "https://127.0.0.1:9", "bmc_username": "root",
-                       "bmc_password_ref": "env:RACKLIFT_TEST_UNUSED" });
+                       "bmc_password_ref": "env:RACKLIFT_SECRET_TEST_UNUSED" });
     let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(body)).await;
     assert_eq!(s, 201, "{v}");
 }

@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use common::{ADMIN, Api};
-use racklift_api::ApiConfig;
 use reqwest::Method;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -17,13 +16,12 @@ const TIMEOUT: Duration = Duration::from_millis(500);
 const ENDED_WITHIN: Duration = Duration::from_secs(15);
 
 async fn api() -> Api {
-    let mut api = Api::start_with(ApiConfig {
-        listener: racklift_listener::Limits {
+    let mut api = Api::start_with(|c| {
+        c.listener = racklift_listener::Limits {
             header_read_timeout: TIMEOUT,
             max_connections: 32,
-        },
-        body_timeout: TIMEOUT,
-        ..ApiConfig::default()
+        };
+        c.body_timeout = TIMEOUT;
     })
     .await;
     // The server closes a keep-alive connection idle past `TIMEOUT`, the very wait these tests make: a pooled
@@ -104,11 +102,10 @@ async fn stalled_heads_and_a_crowd_of_idle_connections_are_closed_while_a_reques
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_past_its_deadline_is_answered_408() {
     use racklift_bmc_sim::{Faults, Personality, PersonalityChoice, Sim, SimConfig};
-    let api = Api::start_with(ApiConfig {
-        request_timeout: TIMEOUT,
+    let api = Api::start_with(|c| {
+        c.request_timeout = TIMEOUT;
         // Longer than the request deadline, so the deadline is what ends the request.
-        bmc_read_timeout: Duration::from_secs(60),
-        ..ApiConfig::default()
+        c.bmc_read_timeout = Duration::from_secs(60);
     })
     .await;
     let sim =

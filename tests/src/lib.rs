@@ -36,8 +36,14 @@ impl Racklift {
     /// Workers serve metrics on a free port unless `args` name one: tests run several at once, and the default
     /// port would let only the first start.
     pub fn spawn(args: &[&str], database_url: &str) -> Racklift {
+        Racklift::spawn_with(args, database_url, &[])
+    }
+
+    /// As [`Racklift::spawn`], with `env` set as well (a configuration key's `RACKLIFT_<SECTION>__<KEY>`, say).
+    pub fn spawn_with(args: &[&str], database_url: &str, env: &[(&str, &std::ffi::OsStr)]) -> Racklift {
         let child = tokio::process::Command::new(racklift_bin())
             .args(args)
+            .envs(env.iter().copied())
             .env("DATABASE_URL", database_url)
             .env("RACKLIFT_METRICS_LISTEN", "127.0.0.1:0")
             .env(

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use racklift_api::demo::{self, DemoCatalog, RackServer};
 use racklift_api::{ApiConfig, AppState};
+use racklift_bmc_access::secrets::DEFAULT_ENV_PREFIX;
+use racklift_bmc_access::{AccessPolicy, ClientCache};
 use racklift_bmc_sim::{Faults, PersonalityChoice, Sim, SimConfig, SimHandle};
 use racklift_deploy::{Config, Transition};
 use racklift_queue::{Queue, QueueConfig, WorkerConfig, WorkerPool};
@@ -80,10 +82,15 @@ impl Rack {
         let servers = sim_config.servers;
         let sim = Sim::start(sim_config).await.expect("start the simulator");
         let dir = std::env::temp_dir().join(format!("racklift-rack-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("rack temp dir");
-        let password_file = dir.join("bmc-password");
-        std::fs::write(&password_file, sim.credentials().1).expect("write the BMC password file");
-        let (image_path, sha256) = demo::generate_image(&dir, 4 * 1024 * 1024).expect("generate the image");
+        // The rack's own secrets and images directories: the API and the workers are confined to them.
+        let (secrets, images) = (dir.join("secrets"), dir.join("images"));
+        std::fs::create_dir_all(&secrets).expect("rack secrets dir");
+        std::fs::write(secrets.join("bmc-password"), sim.credentials().1)
+            .expect("write the BMC password file");
+        let (image_path, sha256) =
+            demo::generate_image(&images, 4 * 1024 * 1024).expect("generate the image");
+        let access =
+            AccessPolicy::load(None, &secrets, DEFAULT_ENV_PREFIX).expect("the rack's access policy");
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -109,7 +116,7 @@ impl Rack {
             &store,
             &rack,
             sim.credentials().0,
-            &format!("file:{}", password_file.display()),
+            "file:bmc-password",
             &api_url,
             (&image_path, 4 * 1024 * 1024, &sha256),
         )
@@ -120,6 +127,8 @@ impl Rack {
         let mut tasks = tokio::task::JoinSet::new();
         let api_config = ApiConfig {
             deploy: config.clone(),
+            bmc_access: access.clone(),
+            images_dir: images,
             ..ApiConfig::default()
         };
         let api = ApiTask::start(listener, store.clone(), queue.clone(), api_config.clone());
@@ -127,7 +136,7 @@ impl Rack {
             store: store.clone(),
             config: Arc::new(config),
             certificates: Arc::new(Default::default()),
-            clients: Default::default(),
+            clients: ClientCache::new(access),
         };
         let pool = WorkerPool::new(
             queue.clone(),
@@ -157,6 +166,17 @@ impl Rack {
             api_config,
             dir,
         }
+    }
+
+    /// The secrets directory the rack's BMC password is in: `racklift worker` processes of the test need it
+    /// (`RACKLIFT_PATHS__SECRETS_DIR`).
+    pub fn secrets_dir(&self) -> PathBuf {
+        self.dir.join("secrets")
+    }
+
+    /// The images directory the API serves images from; an image registered in a test must be inside.
+    pub fn images_dir(&self) -> PathBuf {
+        self.dir.join("images")
     }
 
     /// Stops the API (letting it flush its media reads) and starts a new one on the same address: what an API

@@ -44,7 +44,7 @@ async fn servers_are_added_shown_and_removed() {
         &rack,
         &words(concat!(
             "server add added-1 --bmc-address https://10.0.0.5 --bmc-username root ",
-            "--bmc-password-ref env:ADDED_1_PASSWORD --vendor-hint dell",
+            "--bmc-password-ref env:RACKLIFT_SECRET_ADDED_1 --vendor-hint dell",
         )),
     )
     .await;
@@ -86,7 +86,7 @@ async fn servers_are_added_shown_and_removed() {
         &rack,
         &words(concat!(
             "server add added-1 --bmc-address https://10.0.0.6 --bmc-username root ",
-            "--bmc-password-ref file:/etc/racklift/pw",
+            "--bmc-password-ref file:rack-a/pw",
         )),
     )
     .await;
@@ -102,14 +102,34 @@ async fn servers_are_added_shown_and_removed() {
         )),
     )
     .await;
-    assert_refused(&out, "env:NAME or file:PATH");
+    assert_refused(&out, "env:NAME or file:NAME");
+    // So does a path on the operator's or the API's host: a file reference is a name in the secrets directory.
+    let out = admin(
+        &rack,
+        &words(concat!(
+            "server add added-2 --bmc-address https://10.0.0.7 --bmc-username root ",
+            "--bmc-password-ref file:/etc/passwd",
+        )),
+    )
+    .await;
+    assert_refused(&out, "relative to the secrets directory");
+    // A variable without the API's secret prefix is the API's refusal.
+    let out = admin(
+        &rack,
+        &words(concat!(
+            "server add added-2 --bmc-address https://10.0.0.7 --bmc-username root ",
+            "--bmc-password-ref env:HOME",
+        )),
+    )
+    .await;
+    assert_refused(&out, "bad_password_ref");
 
     // A plain-http BMC is added only when the operator says so.
     let out = admin(
         &rack,
         &words(concat!(
             "server add plain-1 --bmc-address http://10.0.0.8 --bmc-username root ",
-            "--bmc-password-ref env:PLAIN_1_PASSWORD",
+            "--bmc-password-ref env:RACKLIFT_SECRET_PLAIN_1",
         )),
     )
     .await;
@@ -118,7 +138,7 @@ async fn servers_are_added_shown_and_removed() {
         &rack,
         &words(concat!(
             "server add plain-1 --bmc-address http://10.0.0.8 --bmc-username root ",
-            "--bmc-password-ref env:PLAIN_1_PASSWORD --allow-plain-http --json",
+            "--bmc-password-ref env:RACKLIFT_SECRET_PLAIN_1 --allow-plain-http --json",
         )),
     )
     .await;
@@ -147,8 +167,10 @@ async fn the_catalog_is_kept_from_the_terminal() {
     let rack = Rack::start_with(1, PersonalityChoice::Single(Personality::Generic), 0.01, false).await;
     let dir = scratch();
 
-    // Images: the size and checksum come from the file.
-    let (image, sha256) = racklift_api::demo::generate_image(&dir, 3 * 1024 * 1024 + 17).expect("image file");
+    // Images: the size and checksum come from the file, which must be in the API's images directory.
+    let (image, sha256) =
+        racklift_api::demo::generate_image(&rack.images_dir().join("cli"), 3 * 1024 * 1024 + 17)
+            .expect("image file");
     // The path as the API records it: absolute with no symbolic links, as the CLI sends it.
     let image = std::fs::canonicalize(image)
         .expect("the image path")

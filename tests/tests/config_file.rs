@@ -39,6 +39,7 @@ async fn a_worker_takes_its_settings_from_the_file_the_environment_and_its_flags
         "[worker]\nconcurrency = 7\nbatch = 3\nmetrics_listen = \"127.0.0.1:{metrics}\"\n[queue]\nlease_ttl_ms = 9000\n"
     ));
     let config_arg = config.display().to_string();
+    let missing_secrets = std::env::temp_dir().join(format!("racklift-no-secrets-{}", uuid::Uuid::new_v4()));
     let mut worker = command(
         &[
             "--log-format",
@@ -53,13 +54,18 @@ async fn a_worker_takes_its_settings_from_the_file_the_environment_and_its_flags
     )
     // The environment wins over the file, the flag over both.
     .env("RACKLIFT_WORKER__CONCURRENCY", "11")
+    // A secrets directory not there yet does not stop the start: it is logged, and file: references wait for it.
+    .env("RACKLIFT_PATHS__SECRETS_DIR", &missing_secrets)
     .stdout(Stdio::null())
     .stderr(Stdio::piped())
     .spawn()
     .expect("spawn racklift worker");
     let mut lines = BufReader::new(worker.stderr.take().expect("stderr")).lines();
+    let mut warned = false;
     let started = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(line) = lines.next_line().await.expect("read stderr") {
+            warned |= line.contains("secrets directory does not exist")
+                && line.contains(&missing_secrets.display().to_string());
             if line.contains("worker pool started") {
                 return line;
             }
@@ -68,6 +74,10 @@ async fn a_worker_takes_its_settings_from_the_file_the_environment_and_its_flags
     })
     .await
     .expect("the pool starts within 60 s");
+    assert!(
+        warned,
+        "no warning about the missing secrets directory before: {started}"
+    );
     assert!(started.contains("\"concurrency\":13"), "{started}");
     // The metrics address came from the file.
     let body = reqwest::get(format!("http://127.0.0.1:{metrics}/metrics"))
@@ -123,6 +133,10 @@ async fn a_bad_file_stops_the_start_naming_the_key_and_its_source() {
             "[tls]\nbmc_ca_file = \"/nonexistent/bmc-ca.pem\"\n",
             "/nonexistent/bmc-ca.pem",
         ),
+        // No unconfined setting: an empty prefix would let env: references name any variable.
+        ("[paths]\nsecret_env_prefix = \"\"\n", "paths.secret_env_prefix"),
+        // A secrets directory that exists but is not one (a missing one only warns, below).
+        ("[paths]\nsecrets_dir = \"/dev/null\"\n", "/dev/null"),
     ];
     for (text, named) in cases {
         let config = write_config(text);

@@ -13,7 +13,8 @@ use serde_json::json;
 const SCALE: f64 = 0.01;
 
 fn worker(rack: &Rack) -> Racklift {
-    Racklift::spawn(
+    let secrets = rack.secrets_dir();
+    Racklift::spawn_with(
         &[
             "worker",
             "--sim-time-scale",
@@ -30,6 +31,7 @@ fn worker(rack: &Rack) -> Racklift {
             "4",
         ],
         &rack.db.url,
+        &[("RACKLIFT_PATHS__SECRETS_DIR", secrets.as_os_str())],
     )
 }
 

@@ -147,6 +147,17 @@ async fn up_runs_from_a_checkout_in_a_closed_home_and_stops_its_database_on_sigt
         .expect("JSON");
     assert_eq!(servers.as_array().map(Vec::len), Some(2), "{servers}");
 
+    // The rack's password and image sit in the data directory's own confined directories (the deployments above
+    // read them through the confinement), the secrets one closed to other users.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let data = checkout.checkout.join(".racklift");
+        let secrets = std::fs::metadata(data.join("secrets")).expect("the secrets directory");
+        assert_eq!(secrets.permissions().mode() & 0o777, 0o700);
+        assert!(data.join("secrets/bmc-password").is_file());
+        assert!(data.join("images/incusos-demo.img").is_file());
+    }
+
     let pid = child.id().expect("running").to_string();
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid])

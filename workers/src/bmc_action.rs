@@ -7,12 +7,12 @@ use racklift_redfish::{BmcClient, Fence};
 use racklift_store::{BmcAction, BmcActionPayload, Store, StoreError};
 use serde_json::json;
 
-use crate::bmc_access;
+use crate::deploy_step::error_chain;
 
 #[derive(Clone)]
 pub struct BmcActionHandler {
     pub store: Store,
-    pub clients: bmc_access::ClientCache,
+    pub clients: racklift_bmc_access::ClientCache,
     pub call_deadline: Duration,
 }
 
@@ -41,7 +41,8 @@ impl BmcActionHandler {
         let client = self
             .clients
             .client_for(&server, self.call_deadline)
-            .map_err(|e| failed(format!("{what}: {e}"), "bmc_config", false))?
+            .await
+            .map_err(|e| failed(format!("{what}: {}", error_chain(&e)), "bmc_config", false))?
             .with_fence(Fence(ctx.job.fence));
         if !ctx
             .lease

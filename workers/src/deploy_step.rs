@@ -19,7 +19,6 @@ use racklift_store::{ApiFacts, DeploymentRecord, Server, Store, StoreError, queu
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::bmc_access;
 use crate::deploy_bmc::{self, ActContext};
 
 /// What every deployment step shares.
@@ -30,7 +29,7 @@ pub struct DeployStep {
     /// PEMs of the IncusOS certificates secure boot enrolls, by fingerprint.
     pub certificates: Arc<BTreeMap<Fingerprint, String>>,
     /// BMC clients kept across leases (connection pools, discovered resource paths).
-    pub clients: bmc_access::ClientCache,
+    pub clients: racklift_bmc_access::ClientCache,
 }
 
 #[derive(Deserialize)]
@@ -43,7 +42,7 @@ enum StepError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Access(bmc_access::AccessError),
+    Access(racklift_bmc_access::AccessError),
 }
 
 /// Close re-observations one lease makes before it snoozes through the queue anyway (at real hardware's catch
@@ -108,7 +107,7 @@ impl DeployStep {
         // The first pass uses what was just read; later passes (after a BMC call) read it again.
         let mut fresh = Some(api);
         let call = Duration::from_secs(self.config.step_call_timeout_secs);
-        let client = match self.clients.client_for(&server, call) {
+        let client = match self.clients.client_for(&server, call).await {
             Ok(client) => client.with_fence(racklift_redfish::Fence(job.fence)),
             Err(e) => {
                 // Pre-flight checked the BMC settings; they changed since. Retried (the operator may fix them),
@@ -446,7 +445,7 @@ fn jitter() -> Jitter {
     Jitter::new(rand::random::<f64>())
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

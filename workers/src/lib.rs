@@ -1,6 +1,5 @@
 //! Job handlers, one module per job kind. Handlers execute; `crates/deploy` decides.
 
-pub mod bmc_access;
 pub mod bmc_action;
 pub mod deploy_bmc;
 pub mod deploy_step;

@@ -1,9 +1,13 @@
-//! A served API on a fresh database, with one API token per role.
+//! A served API on a fresh database, with one API token per role, confined to its own secrets and images
+//! directories.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use racklift_api::{ApiConfig, AppState};
+use racklift_bmc_access::AccessPolicy;
+use racklift_bmc_access::secrets::DEFAULT_ENV_PREFIX;
 use racklift_bmc_sim::SimHandle;
 use racklift_queue::{Queue, QueueConfig};
 use racklift_store::{Role, Store};
@@ -16,6 +20,35 @@ pub const ADMIN: &str = "admin-secret";
 pub const OPERATOR: &str = "operator-secret";
 pub const VIEWER: &str = "viewer-secret";
 
+/// A test's own secrets and images directories under the system's temporary directory, removed when dropped.
+pub struct Dirs {
+    pub base: PathBuf,
+}
+
+impl Dirs {
+    pub fn new() -> Dirs {
+        let base = std::env::temp_dir().join(format!("racklift-api-test-{}", uuid::Uuid::new_v4().simple()));
+        let dirs = Dirs { base };
+        std::fs::create_dir_all(dirs.secrets()).expect("create the secrets directory");
+        std::fs::create_dir_all(dirs.images()).expect("create the images directory");
+        dirs
+    }
+
+    pub fn secrets(&self) -> PathBuf {
+        self.base.join("secrets")
+    }
+
+    pub fn images(&self) -> PathBuf {
+        self.base.join("images")
+    }
+}
+
+impl Drop for Dirs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
 pub struct Api {
     pub base: String,
     pub http: reqwest::Client,
@@ -23,19 +56,25 @@ pub struct Api {
     pub shutdown: CancellationToken,
     pub task: Option<tokio::task::JoinHandle<()>>,
     pub db: TestDb,
+    pub dirs: Dirs,
 }
 
 impl Api {
     pub async fn start() -> Api {
-        Api::start_with(ApiConfig {
-            bmc_read_timeout: Duration::from_secs(10),
-            ..ApiConfig::default()
-        })
-        .await
+        Api::start_with(|_| {}).await
     }
 
-    /// As [`Api::start`], with `config`.
-    pub async fn start_with(config: ApiConfig) -> Api {
+    /// As [`Api::start`], with `tune` applied to the configuration, which already names this test's directories.
+    pub async fn start_with(tune: impl FnOnce(&mut ApiConfig)) -> Api {
+        let dirs = Dirs::new();
+        let mut config = ApiConfig {
+            bmc_read_timeout: Duration::from_secs(10),
+            bmc_access: AccessPolicy::load(None, &dirs.secrets(), DEFAULT_ENV_PREFIX)
+                .expect("the test's access policy"),
+            images_dir: dirs.images(),
+            ..ApiConfig::default()
+        };
+        tune(&mut config);
         let db = TestDb::new().await;
         let store = Store::new(db.pool.clone());
         let queue = Queue::new(db.pool.clone(), QueueConfig::default());
@@ -65,7 +104,26 @@ impl Api {
             shutdown,
             task: Some(task),
             db,
+            dirs,
         }
+    }
+
+    /// Writes `password` to a new file of this test's secrets directory and returns its `file:` reference
+    /// (tests cannot set environment variables safely).
+    pub fn password_file(&self, password: &str) -> String {
+        let name = format!("bmc-{}", uuid::Uuid::new_v4().simple());
+        std::fs::write(self.dirs.secrets().join(&name), password).expect("write the password file");
+        format!("file:{name}")
+    }
+
+    /// Writes `data` to a new image file of this test's images directory and returns its path.
+    pub fn image_file(&self, data: &[u8]) -> PathBuf {
+        let path = self
+            .dirs
+            .images()
+            .join(format!("image-{}.img", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&path, data).expect("write the image file");
+        path
     }
 
     pub fn req(&self, method: Method, path: &str, secret: Option<&str>) -> RequestBuilder {
@@ -128,21 +186,20 @@ where
     }
 }
 
-/// A password file for `file:` references (tests cannot set environment variables safely).
-pub fn password_file(password: &str) -> String {
-    let path = std::env::temp_dir().join(format!("racklift-api-test-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&path, password).expect("write password file");
-    format!("file:{}", path.display())
-}
-
 /// A catalog that passes every check; returns (token, image path).
 pub async fn catalog(api: &Api, sim: &SimHandle, image_len: usize) -> (String, String) {
     let (user, pass) = sim.credentials();
     let server = json!({ "name": "node1", "bmc_address": sim.bmc_url(0), "bmc_username": user,
-                         "bmc_password_ref": password_file(pass), "vendor_hint": "generic",
+                         "bmc_password_ref": api.password_file(pass), "vendor_hint": "generic",
                          "allow_plain_http": true });
     let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(server)).await;
     assert_eq!(s, 201, "{v}");
+    deploy_catalog(api, image_len).await
+}
+
+/// Everything a deploy request needs but the server: a token with public seeds (`web`, `private`,
+/// `noreboot`), an image of `image_len` bytes and a BIOS profile; returns (token, image path).
+pub async fn deploy_catalog(api: &Api, image_len: usize) -> (String, String) {
     let expires = (chrono::Utc::now() + chrono::TimeDelta::days(2)).to_rfc3339();
     let (_, t) = api
         .call(
@@ -164,13 +221,12 @@ pub async fn catalog(api: &Api, sim: &SimHandle, image_len: usize) -> (String, S
         let (s, _) = api.call(Method::POST, &seeds, ADMIN, Some(seed)).await;
         assert_eq!(s, 201);
     }
-    let path = std::env::temp_dir().join(format!("racklift-api-image-{}", uuid::Uuid::new_v4().simple()));
     let data: Vec<u8> = (0..image_len).map(|i| (i % 251) as u8).collect();
-    std::fs::write(&path, &data).unwrap();
+    let path = std::fs::canonicalize(api.image_file(&data)).expect("the image path");
     let image = json!({ "type": "iso", "architecture": "x86_64", "channel": "stable",
                         "path": path.display().to_string(), "size_bytes": image_len, "sha256": "0".repeat(64) });
-    let (s, _) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
-    assert_eq!(s, 201);
+    let (s, v) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
+    assert_eq!(s, 201, "{v}");
     let profile = json!({ "name": "generic", "match_rules": { "vendor": "generic" }, "priority": 1,
                           "attributes": { "BootMode": "Uefi", "Cores": 4 }, "secure_boot": { "db": ["aa"] } });
     let (s, _) = api

@@ -51,7 +51,7 @@ impl Seed {
     /// A server whose BMC is never contacted.
     pub async fn server(&self, api: &Api, name: &str, vendor: &str) {
         let body = json!({ "name": name, "bmc_address": "https://127.0.0.1:9", "bmc_username": "root",
-                           "bmc_password_ref": "env:RACKLIFT_TEST_NOPE", "vendor_hint": vendor });
+                           "bmc_password_ref": "env:RACKLIFT_SECRET_TEST_NOPE", "vendor_hint": vendor });
         let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(body)).await;
         assert_eq!(s, 201, "{v}");
     }

@@ -95,10 +95,17 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
         .await
         .map_err(|e| BenchError::Stalled(format!("simulator: {e}")))?;
     let dir = std::env::temp_dir().join(format!("racklift-fleet-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(BenchError::Process)?;
-    let password = dir.join("bmc-password");
-    std::fs::write(&password, sim.credentials().1).map_err(BenchError::Process)?;
-    let (image, sha) = demo::generate_image(&dir, run.image_bytes).map_err(BenchError::Process)?;
+    // The API here and the worker processes are confined to these, like any racklift.
+    let (secrets, images) = (dir.join("secrets"), dir.join("images"));
+    std::fs::create_dir_all(&secrets).map_err(BenchError::Process)?;
+    std::fs::write(secrets.join("bmc-password"), sim.credentials().1).map_err(BenchError::Process)?;
+    let (image, sha) = demo::generate_image(&images, run.image_bytes).map_err(BenchError::Process)?;
+    let access = racklift_bmc_access::AccessPolicy::load(
+        None,
+        &secrets,
+        racklift_bmc_access::secrets::DEFAULT_ENV_PREFIX,
+    )
+    .map_err(BenchError::Access)?;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -117,7 +124,7 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
         &store,
         &rack,
         sim.credentials().0,
-        &format!("file:{}", password.display()),
+        "file:bmc-password",
         &api_url,
         (&image, run.image_bytes, &sha),
     )
@@ -130,13 +137,15 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
         queue,
         ApiConfig {
             deploy: racklift_deploy::Config::for_simulation(run.time_scale),
+            bmc_access: access,
+            images_dir: images,
             ..ApiConfig::default()
         },
     );
     let api = tokio::spawn(racklift_api::serve(listener, state, shutdown.clone()));
     let mut workers = Vec::new();
     for _ in 0..run.workers.max(1) {
-        workers.push(spawn_worker(racklift, &url, run)?);
+        workers.push(spawn_worker(racklift, &url, &secrets, run)?);
     }
     let http = reqwest::Client::new();
     let deploy = |server: &RackServer| {
@@ -336,6 +345,7 @@ fn quantiles(mut values: Vec<f64>) -> [f64; 3] {
 fn spawn_worker(
     racklift: &Path,
     url: &str,
+    secrets: &Path,
     run: FleetRun,
 ) -> Result<(tokio::process::Child, u32), BenchError> {
     let child = tokio::process::Command::new(racklift)
@@ -349,10 +359,11 @@ fn spawn_worker(
             "100",
         ])
         .env("DATABASE_URL", url)
+        .env("RACKLIFT_PATHS__SECRETS_DIR", secrets)
         // Several workers run at once: each serves metrics on a free port rather than all on the default.
         .env("RACKLIFT_METRICS_LISTEN", "127.0.0.1:0")
         // The simulated rack is plain http:// on loopback: its every-use warning would bury the run's output.
-        .env("RUST_LOG", "warn,racklift_workers::bmc_access=error")
+        .env("RUST_LOG", "warn,racklift_bmc_access=error")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)

@@ -35,6 +35,8 @@ pub enum BenchError {
     Process(#[source] std::io::Error),
     #[error("apalis peer")]
     Apalis(#[from] racklift_bench_apalis::ApalisBenchError),
+    #[error("the BMC access policy of the fleet benchmark")]
+    Access(#[source] racklift_bmc_access::PolicyError),
     #[error("{0}")]
     Stalled(String),
 }

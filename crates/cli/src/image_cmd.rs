@@ -44,8 +44,9 @@ struct AddArgs {
     /// The release channel, e.g. stable.
     #[arg(long, value_name = "CHANNEL")]
     channel: String,
-    /// The image file. The API serves it from this path, so run this where the API runs (or where the same
-    /// path holds the same file); a relative path is made absolute.
+    /// The image file, inside the API's images directory (paths.images_dir). The API serves it from this path,
+    /// so run this where the API runs (or where the same path holds the same file); a relative path is made
+    /// absolute.
     #[arg(long, value_name = "PATH")]
     path: PathBuf,
     /// The SHA-256 the file must have (say, the published one); the file is checked against it.

@@ -94,9 +94,11 @@ struct AddArgs {
     /// The BMC user racklift logs in as.
     #[arg(long, value_name = "USER")]
     bmc_username: String,
-    /// Where the API reads the BMC password on its own host: env:NAME or file:PATH. Never the password itself:
-    /// a flag value ends up in process listings and shell histories.
-    #[arg(long, value_name = "env:NAME|file:PATH", value_parser = password_ref)]
+    /// Where the API and the workers read the BMC password on their own hosts: file:NAME, a file name relative to
+    /// their secrets directory (paths.secrets_dir), or env:NAME, a variable whose name starts with their secret
+    /// prefix (paths.secret_env_prefix, by default RACKLIFT_SECRET_). Never the password itself: a flag value
+    /// ends up in process listings and shell histories.
+    #[arg(long, value_name = "file:NAME|env:NAME", value_parser = password_ref)]
     bmc_password_ref: String,
     /// The SHA-256 pin of the BMC's (self-signed) certificate.
     #[arg(long, value_name = "SHA256")]
@@ -133,14 +135,11 @@ struct NewServerBody<'a> {
 }
 
 /// Refuses anything that is not a reference before it leaves this machine: a password typed here by mistake
-/// must not reach the API, nor its logs.
+/// must not reach the API, nor its logs. The API checks the rest (the prefix, where a file leads).
 fn password_ref(s: &str) -> Result<String, String> {
-    match s.split_once(':') {
-        Some(("env" | "file", rest)) if !rest.is_empty() => Ok(s.to_owned()),
-        _ => Err(
-            "must be env:NAME or file:PATH, a reference to the password, never the password itself".into(),
-        ),
-    }
+    racklift_bmc_access::secrets::parse_form(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use racklift_api::{ApiConfig, MediaConfig};
+use racklift_bmc_access::AccessPolicy;
 use racklift_config::{Settings, Sources};
 use racklift_queue::{Backoff, QueueConfig, WorkerConfig};
-use racklift_workers::bmc_access::AccessPolicy;
 
 /// `--config`, given once on the command line for the whole process.
 static CONFIG_PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
@@ -25,7 +25,7 @@ pub fn load(default_time_scale: Option<f64>, flags: impl FnOnce(&mut Sources)) -
     let mut sources = Sources {
         file: CONFIG_PATH.get().cloned().flatten(),
         default_time_scale,
-        flags: Vec::new(),
+        ..Sources::default()
     };
     flags(&mut sources);
     Settings::load(&sources).context("invalid configuration")
@@ -68,11 +68,15 @@ pub fn worker_config(s: &Settings) -> WorkerConfig {
     }
 }
 
-/// How BMCs are reached: `[tls] bmc_ca_file` and `[paths] secrets_dir`, read and checked now so a bad one stops
-/// the start.
+/// How BMCs are reached: `[tls] bmc_ca_file`, `[paths] secrets_dir` and `secret_env_prefix`, read and checked now
+/// so a bad one stops the start (a secrets directory that does not exist yet is only logged).
 pub fn access_policy(s: &Settings) -> anyhow::Result<AccessPolicy> {
-    AccessPolicy::load(s.tls.bmc_ca_file.as_deref(), s.paths.secrets_dir.as_deref())
-        .context("invalid configuration")
+    AccessPolicy::load(
+        s.tls.bmc_ca_file.as_deref(),
+        &s.paths.secrets_dir,
+        &s.paths.secret_env_prefix,
+    )
+    .context("invalid configuration")
 }
 
 /// The API's settings, with the BMC access policy `access` (see [`access_policy`]).

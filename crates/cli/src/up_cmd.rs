@@ -9,22 +9,23 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use racklift_api::AppState;
 use racklift_api::demo::{self, RackServer};
+use racklift_bmc_access::AccessPolicy;
 use racklift_bmc_sim::{PersonalityChoice, Sim, SimConfig};
 use racklift_config::Settings;
 use racklift_pgembed::EmbeddedPostgres;
 use racklift_queue::{Queue, WorkerPool};
 use racklift_store::Store;
 use racklift_workers::DeployStep;
-use racklift_workers::bmc_access::AccessPolicy;
 use tokio_util::sync::CancellationToken;
 
 use crate::{db, settings, up_demo, worker_cmd};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Where the embedded database, the generated image, the simulator's secret and the demo's log live
-    /// [paths.data_dir; default .racklift]. As root, the database moves under /var/lib/racklift when the
-    /// `postgres` user cannot reach this directory.
+    /// Where the embedded database, the generated image (`images/`, unless paths.images_dir is set), the
+    /// simulator's secret (`secrets/`, unless paths.secrets_dir is set) and the demo's log live [paths.data_dir;
+    /// default .racklift]. As root, the database moves under /var/lib/racklift when the `postgres` user cannot
+    /// reach this directory.
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Address of the API (and the installation media it serves) [api.listen].
@@ -50,6 +51,8 @@ const DEFAULT_TIME_SCALE: f64 = 0.01;
 
 fn settings(args: &Args) -> anyhow::Result<Settings> {
     settings::load(Some(DEFAULT_TIME_SCALE), |s| {
+        // Secrets and images under the data directory: whoever tries racklift has no /etc/racklift.
+        s.paths_in_data_dir = true;
         args.pool.apply(s);
         s.flag(
             "paths.data_dir",
@@ -72,6 +75,10 @@ pub fn log_file(args: &Args) -> anyhow::Result<Option<PathBuf>> {
 
 pub async fn run(args: Args, log_file: Option<PathBuf>) -> anyhow::Result<()> {
     let settings = settings(&args)?;
+    // Made before the policy reads them, so a first run does not warn about a directory it is about to create.
+    create_private_dir(&settings.paths.secrets_dir)?;
+    std::fs::create_dir_all(&settings.paths.images_dir)
+        .with_context(|| format!("creating {}", settings.paths.images_dir.display()))?;
     let access = settings::access_policy(&settings)?;
     // Installed before the embedded server starts, so no signal can leave it running: a second signal exits
     // without draining, after stopping the server whose directory is known by then.
@@ -149,20 +156,16 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
     let sim = Sim::start(sim_config)
         .await
         .context("starting the simulated rack")?;
-    // The simulated BMCs' password and the generated image go where the configuration confines them, if it does.
-    let sim_dir = settings.paths.data_dir.join("sim");
-    let secrets = settings
-        .paths
-        .secrets_dir
-        .clone()
-        .unwrap_or_else(|| sim_dir.clone());
-    let images = settings.paths.images_dir.clone().unwrap_or(sim_dir);
-    std::fs::create_dir_all(&secrets)?;
-    std::fs::create_dir_all(&images)?;
-    let password_file = secrets.join("bmc-password");
-    write_private(&password_file, sim.credentials().1)?;
+    // The simulated BMCs' password and the generated image go where the configuration confines references and
+    // images: under the data directory unless racklift.toml names other directories.
+    write_private(
+        &settings.paths.secrets_dir.join(SIM_PASSWORD_FILE),
+        sim.credentials().1,
+    )?;
     let image_size = 16 * 1024 * 1024;
-    let (image_path, sha256) = demo::generate_image(&images, image_size)?;
+    let (image_path, sha256) = demo::generate_image(&settings.paths.images_dir, image_size)?;
+    // Registered resolved: the media server finds it whatever its working directory.
+    let image_path = std::fs::canonicalize(&image_path)?;
     let listener = crate::api_cmd::bind(settings.api.listen).await?;
     let api_url = format!("http://{}", listener.local_addr()?);
     let pin = sim
@@ -176,7 +179,7 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
             bmc_cert_pin: pin.clone(),
         })
         .collect();
-    let password_ref = format!("file:{}", std::fs::canonicalize(&password_file)?.display());
+    let password_ref = format!("file:{SIM_PASSWORD_FILE}");
     let catalog = demo::seed_catalog(
         &store,
         &rack,
@@ -197,7 +200,7 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
         store: store.clone(),
         config: Arc::new(deploy_config),
         certificates: Arc::new(Default::default()),
-        clients: racklift_workers::bmc_access::ClientCache::new(access),
+        clients: racklift_bmc_access::ClientCache::new(access),
     };
     let workers = tokio::spawn(
         WorkerPool::new(
@@ -265,6 +268,25 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
     sim.shutdown().await;
     pool.close().await;
     Ok(())
+}
+
+/// The simulated rack's password, a name in the secrets directory.
+const SIM_PASSWORD_FILE: &str = "bmc-password";
+
+/// Creates `dir` (and its parents) when missing, itself readable by this user only; an existing one is left as
+/// it is, since racklift.toml may name a directory another tool provisions.
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))
 }
 
 /// Writes a secret readable by this user only.

@@ -88,7 +88,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         store: store.clone(),
         config: std::sync::Arc::new(settings.deploy.clone()),
         certificates: std::sync::Arc::new(Default::default()),
-        clients: racklift_workers::bmc_access::ClientCache::new(access),
+        clients: racklift_bmc_access::ClientCache::new(access),
     };
     let registry = racklift_workers::full_registry(step);
     let kinds = registry.kinds();

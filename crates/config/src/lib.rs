@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 
 pub use secret::DatabaseUrl;
 pub use sections::{
-    ApiSettings, DatabaseSettings, PathSettings, QueueSettings, SimulationSettings, TlsSettings,
-    WorkerSettings,
+    ApiSettings, DEFAULT_IMAGES_DIR, DEFAULT_SECRET_ENV_PREFIX, DEFAULT_SECRETS_DIR, DatabaseSettings,
+    PathSettings, QueueSettings, SimulationSettings, TlsSettings, WorkerSettings,
 };
 
 /// The variable naming the configuration file when `--config` is not given.
@@ -71,6 +71,10 @@ pub struct Sources {
     pub default_time_scale: Option<f64>,
     /// Flags given on the command line, as (dotted key, value): they win over everything else.
     pub flags: Vec<(&'static str, figment::value::Value)>,
+    /// `racklift up`: `paths.secrets_dir` and `paths.images_dir` default to `secrets` and `images` under
+    /// `paths.data_dir` instead of the system directories, which an unprivileged user trying racklift has not
+    /// got; a value from the file, the environment or a flag still wins.
+    pub paths_in_data_dir: bool,
 }
 
 impl Sources {
@@ -152,7 +156,18 @@ impl Settings {
             .ok()
             .and_then(|v| v.deserialize::<f64>().ok())
             .or(sources.default_time_scale);
-        let mut settings: Settings = Figment::from(Serialized::defaults(Settings::defaults_for(time_scale)))
+        let mut defaults = Settings::defaults_for(time_scale);
+        if sources.paths_in_data_dir {
+            // Like the time scale, read before the full extraction, which reports a bad value with its key.
+            let data_dir = layers
+                .find_value("paths.data_dir")
+                .ok()
+                .and_then(|v| v.deserialize::<PathBuf>().ok())
+                .unwrap_or_else(|| defaults.paths.data_dir.clone());
+            defaults.paths.secrets_dir = data_dir.join("secrets");
+            defaults.paths.images_dir = data_dir.join("images");
+        }
+        let mut settings: Settings = Figment::from(Serialized::defaults(defaults))
             .merge(layers)
             .extract()?;
         settings.database.url = database_url(&settings.database)?;
@@ -219,6 +234,28 @@ impl Settings {
         if self.api.media_file_name.is_empty() || self.api.media_file_name.contains('/') {
             return Err(invalid("api.media_file_name", "must be a file name without '/'"));
         }
+        for (key, dir) in [
+            ("paths.secrets_dir", &self.paths.secrets_dir),
+            ("paths.images_dir", &self.paths.images_dir),
+        ] {
+            let root = dir.has_root()
+                && dir
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::CurDir));
+            if root || dir.as_os_str().is_empty() {
+                return Err(invalid(
+                    key,
+                    "must name a directory of its own, not / or nothing: it confines what may be read",
+                ));
+            }
+        }
+        if !valid_secret_env_prefix(&self.paths.secret_env_prefix) {
+            return Err(invalid(
+                "paths.secret_env_prefix",
+                "must be the non-empty start of a variable name (A-Z a-z 0-9 _, not starting with a digit, \
+                 no __): an empty one would let env: references name any variable",
+            ));
+        }
         if let Some(scale) = self.simulation.time_scale
             && !(scale.is_finite() && scale > 0.0 && scale <= 1.0)
         {
@@ -245,6 +282,14 @@ impl Settings {
     pub fn defaults_toml() -> Result<String, ConfigError> {
         Settings::default().to_toml()
     }
+}
+
+/// The rule `racklift_bmc_access` holds references to, checked here so a bad prefix stops the start with its key.
+fn valid_secret_env_prefix(prefix: &str) -> bool {
+    !prefix.is_empty()
+        && !prefix.starts_with(|c: char| c.is_ascii_digit())
+        && prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !prefix.contains("__")
 }
 
 fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {

@@ -146,27 +146,39 @@ impl Default for QueueSettings {
     }
 }
 
-/// `[paths]`: where files live.
+/// `[paths]`: where files live, and so where the BMC passwords and the images racklift hands out may come from.
+/// There is no unconfined setting: a password reference or an image path names something inside these, because
+/// whoever registers a server or an image chooses what racklift reads and where it sends it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PathSettings {
     /// `racklift up`'s own files: the embedded PostgreSQL, the simulated rack's secret and image, the demo's log.
     /// Relative paths are taken from the working directory.
     pub data_dir: PathBuf,
-    /// Where `file:` password references of BMCs are expected to live (a directory readable by racklift only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub secrets_dir: Option<PathBuf>,
-    /// Where installation images registered in the catalog are expected to live.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub images_dir: Option<PathBuf>,
+    /// The directory `file:NAME` BMC password references are names in (readable by racklift only). It may be
+    /// missing at start (a warning; such references fail until it exists).
+    pub secrets_dir: PathBuf,
+    /// The prefix a variable needs for `env:NAME` references to name it, so no other variable of the process
+    /// (`DATABASE_URL`, say) can be sent to a BMC.
+    pub secret_env_prefix: String,
+    /// The directory catalog images must be files in; the media server serves nothing outside it.
+    pub images_dir: PathBuf,
 }
+
+/// `paths.secrets_dir` unless set.
+pub const DEFAULT_SECRETS_DIR: &str = "/etc/racklift/secrets";
+/// `paths.secret_env_prefix` unless set.
+pub const DEFAULT_SECRET_ENV_PREFIX: &str = "RACKLIFT_SECRET_";
+/// `paths.images_dir` unless set.
+pub const DEFAULT_IMAGES_DIR: &str = "/var/lib/racklift/images";
 
 impl Default for PathSettings {
     fn default() -> Self {
         PathSettings {
             data_dir: PathBuf::from(".racklift"),
-            secrets_dir: None,
-            images_dir: None,
+            secrets_dir: PathBuf::from(DEFAULT_SECRETS_DIR),
+            secret_env_prefix: DEFAULT_SECRET_ENV_PREFIX.to_owned(),
+            images_dir: PathBuf::from(DEFAULT_IMAGES_DIR),
         }
     }
 }

@@ -69,6 +69,9 @@ fn every_key_changed() -> Settings {
     s.queue.completed_retention_secs = 0;
     s.queue.idempotency_retention_secs = 3600;
     s.paths.data_dir = "/var/lib/racklift".into();
+    s.paths.secrets_dir = "/srv/racklift/secrets".into();
+    s.paths.secret_env_prefix = "SITE_BMC_".into();
+    s.paths.images_dir = "/srv/racklift/images".into();
     let d = &mut s.deploy;
     d.poll_interval_secs = 21;
     d.step_retries = 22;
@@ -118,8 +121,7 @@ fn every_key_is_read_from_the_file() {
         jail.create_file("db-url", "postgres://u:p@db:5432/racklift\n")?;
         let loaded = load_file(
             jail,
-            "[database]\nurl_file = \"db-url\"\n[paths]\nsecrets_dir = \"/etc/racklift/secrets\"\n\
-             images_dir = \"/srv/images\"\n[tls]\nbmc_ca_file = \"/etc/racklift/bmc-ca.pem\"\n\
+            "[database]\nurl_file = \"db-url\"\n[tls]\nbmc_ca_file = \"/etc/racklift/bmc-ca.pem\"\n\
              [simulation]\ntime_scale = 0.5\n",
         )
         .expect("load the optional keys");
@@ -127,8 +129,6 @@ fn every_key_is_read_from_the_file() {
             loaded.database.url.as_ref().unwrap().expose(),
             "postgres://u:p@db:5432/racklift"
         );
-        assert_eq!(loaded.paths.secrets_dir, Some("/etc/racklift/secrets".into()));
-        assert_eq!(loaded.paths.images_dir, Some("/srv/images".into()));
         assert_eq!(loaded.tls.bmc_ca_file, Some("/etc/racklift/bmc-ca.pem".into()));
         assert_eq!(loaded.simulation.time_scale, Some(0.5));
         Ok(())
@@ -151,6 +151,68 @@ fn the_defaults_are_operations_centers() {
     assert_eq!(s.deploy.poll_interval_secs, 10);
     assert_eq!(s.deploy.deployment_timeout_secs, 2 * 3600);
     assert_eq!(s.deploy.media_min_bytes_read, 500 * 1024 * 1024);
+}
+
+/// Confined by default: there is no setting that lets a reference or an image name any file.
+#[test]
+fn secrets_and_images_are_confined_by_default_and_up_keeps_them_in_its_data_directory() {
+    Jail::expect_with(|jail: &mut Jail| {
+        jail.clear_env();
+        let s = load_file(&mut *jail, "").expect("load");
+        assert_eq!(s.paths.secrets_dir, PathBuf::from(DEFAULT_SECRETS_DIR));
+        assert_eq!(s.paths.secret_env_prefix, DEFAULT_SECRET_ENV_PREFIX);
+        assert_eq!(s.paths.images_dir, PathBuf::from(DEFAULT_IMAGES_DIR));
+
+        let up = |flags: &[(&'static str, &str)]| {
+            let mut sources = Sources {
+                paths_in_data_dir: true,
+                ..Sources::default()
+            };
+            for (key, value) in flags {
+                sources.flag(key, Some(*value));
+            }
+            Settings::load(&sources).expect("load as up")
+        };
+        /// Flags given as (dotted key, value).
+        type Flags<'a> = &'a [(&'static str, &'a str)];
+        // (what is set, secrets_dir, images_dir)
+        let cases: [(Flags, &str, &str); 3] = [
+            (&[], ".racklift/secrets", ".racklift/images"),
+            (
+                &[("paths.data_dir", "/tmp/rl")],
+                "/tmp/rl/secrets",
+                "/tmp/rl/images",
+            ),
+            (
+                &[
+                    ("paths.data_dir", "/tmp/rl"),
+                    ("paths.secrets_dir", "/etc/site-secrets"),
+                ],
+                "/etc/site-secrets",
+                "/tmp/rl/images",
+            ),
+        ];
+        for (flags, secrets, images) in cases {
+            let s = up(flags);
+            assert_eq!(
+                (s.paths.secrets_dir.as_path(), s.paths.images_dir.as_path()),
+                (std::path::Path::new(secrets), std::path::Path::new(images)),
+                "{flags:?}"
+            );
+        }
+        // The file names one: it wins over up's own place, as does the environment.
+        jail.create_file("racklift.toml", "[paths]\nimages_dir = \"/srv/images\"\n")?;
+        jail.set_env("RACKLIFT_PATHS__SECRETS_DIR", "/run/secrets/racklift");
+        let s = Settings::load(&Sources {
+            file: Some("racklift.toml".into()),
+            paths_in_data_dir: true,
+            ..Sources::default()
+        })
+        .expect("load as up with a file");
+        assert_eq!(s.paths.images_dir, PathBuf::from("/srv/images"));
+        assert_eq!(s.paths.secrets_dir, PathBuf::from("/run/secrets/racklift"));
+        Ok(())
+    });
 }
 
 #[test]
@@ -215,6 +277,18 @@ fn values_that_cannot_work_are_rejected_with_the_full_key() {
             (
                 "[queue]\nidempotency_retention_secs = 0\n",
                 "queue.idempotency_retention_secs",
+            ),
+            ("[paths]\nsecret_env_prefix = \"\"\n", "paths.secret_env_prefix"),
+            ("[paths]\nsecrets_dir = \"/\"\n", "paths.secrets_dir"),
+            ("[paths]\nsecrets_dir = \"\"\n", "paths.secrets_dir"),
+            ("[paths]\nimages_dir = \"/./\"\n", "paths.images_dir"),
+            (
+                "[paths]\nsecret_env_prefix = \"BMC-\"\n",
+                "paths.secret_env_prefix",
+            ),
+            (
+                "[paths]\nsecret_env_prefix = \"A__\"\n",
+                "paths.secret_env_prefix",
             ),
         ];
         for (toml, key) in cases {
@@ -355,8 +429,6 @@ fn the_reference_documents_every_key() {
     let readme = include_str!("../README.md");
     let mut all = every_key_changed();
     all.database.url_file = Some("f".into());
-    all.paths.secrets_dir = Some("s".into());
-    all.paths.images_dir = Some("i".into());
     all.tls.bmc_ca_file = Some("c".into());
     all.simulation.time_scale = Some(0.5);
     let mut keys = Vec::new();
@@ -388,7 +460,11 @@ fn the_shipped_example_loads() {
         let s =
             load_file(jail, include_str!("../../../ops/systemd/racklift.toml")).expect("load the example");
         assert_eq!(s.api.listen, "0.0.0.0:7878".parse().unwrap());
-        assert_eq!(s.paths.secrets_dir, Some("/etc/racklift/secrets".into()));
+        assert_eq!(s.paths.secrets_dir, std::path::Path::new("/etc/racklift/secrets"));
+        assert_eq!(
+            s.paths.images_dir,
+            std::path::Path::new("/var/lib/racklift/images")
+        );
         Ok(())
     });
 }

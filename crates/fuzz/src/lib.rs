@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 #[doc(hidden)]
 pub use bolero;
 
-/// How long a target runs under a normal test run unless `BOLERO_RANDOM_TEST_TIME_MS` says otherwise: the four
+/// How long a target runs under a normal test run unless `BOLERO_RANDOM_TEST_TIME_MS` says otherwise: the five
 /// targets of the workspace then stay well under a minute of a 2-core machine.
 pub const DEFAULT_TEST_TIME: Duration = Duration::from_secs(8);
 

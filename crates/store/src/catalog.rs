@@ -209,14 +209,15 @@ pub struct Image {
 #[serde(deny_unknown_fields)]
 pub struct NewImage {
     #[serde(rename = "type")]
-    #[schema(pattern = r"^\S(.*\S)?$", example = "iso")]
+    #[schema(pattern = r"^\S([\s\S]*\S)?$", example = "iso")]
     pub image_type: String,
-    #[schema(pattern = r"^\S(.*\S)?$", example = "x86_64")]
+    #[schema(pattern = r"^\S([\s\S]*\S)?$", example = "x86_64")]
     pub architecture: String,
-    #[schema(pattern = r"^\S(.*\S)?$", example = "stable")]
+    #[schema(pattern = r"^\S([\s\S]*\S)?$", example = "stable")]
     pub channel: String,
-    /// A file inside the images directory.
-    #[schema(pattern = "^/")]
+    /// A regular file inside the images directory, absolute or relative to it (422 `outside_images_dir`
+    /// otherwise).
+    #[schema(pattern = r"^\S([\s\S]*\S)?$", example = "incusos-stable.img")]
     pub path: String,
     #[schema(minimum = 0)]
     pub size_bytes: i64,

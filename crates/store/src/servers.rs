@@ -35,7 +35,7 @@ impl ServerStatus {
     }
 }
 
-/// A server as stored. The password is only ever a reference (`env:NAME`, `file:PATH`).
+/// A server as stored. The password is only ever a reference (`file:NAME`, `env:NAME`), never the value.
 #[derive(Debug, Clone, Serialize)]
 pub struct Server {
     pub name: String,

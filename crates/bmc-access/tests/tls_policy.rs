@@ -4,17 +4,18 @@
 
 use std::time::Duration;
 
+use racklift_bmc_access::secrets::DEFAULT_ENV_PREFIX;
+use racklift_bmc_access::{AccessPolicy, client_for};
 use racklift_bmc_sim::{Personality, PersonalityChoice, Sim, SimConfig};
 use racklift_store::{Server, ServerStatus};
-use racklift_workers::bmc_access::{AccessPolicy, client_for};
 
-fn server(address: String, username: &str, password_file: &std::path::Path) -> Server {
+fn server(address: String, username: &str) -> Server {
     let now = chrono::Utc::now();
     Server {
         name: "tls1".into(),
         bmc_address: address,
         bmc_username: username.into(),
-        bmc_password_ref: Some(format!("file:{}", password_file.display())),
+        bmc_password_ref: Some("file:bmc-password".into()),
         bmc_cert_pin: None,
         bmc_insecure: false,
         allow_plain_http: false,
@@ -43,10 +44,12 @@ async fn a_configured_ca_bundle_verifies_bmcs_without_a_pin() {
     std::fs::write(&password, sim.credentials().1).unwrap();
     let ca = dir.join("bmc-ca.pem");
     std::fs::write(&ca, sim.cert_pem().expect("a TLS simulator has a certificate")).unwrap();
-    let server = server(sim.bmc_url(0), sim.credentials().0, &password);
+    let server = server(sim.bmc_url(0), sim.credentials().0);
 
-    let trusted = AccessPolicy::load(Some(&ca), Some(&dir)).expect("load the policy");
-    let client = client_for(&server, Duration::from_secs(10), &trusted).expect("client");
+    let trusted = AccessPolicy::load(Some(&ca), &dir, DEFAULT_ENV_PREFIX).expect("load the policy");
+    let client = client_for(&server, Duration::from_secs(10), &trusted)
+        .await
+        .expect("client");
     let system = client
         .read_system()
         .await
@@ -57,8 +60,10 @@ async fn a_configured_ca_bundle_verifies_bmcs_without_a_pin() {
         system.odata_id
     );
 
-    let public_roots = AccessPolicy::default();
-    let client = client_for(&server, Duration::from_secs(10), &public_roots).expect("client");
+    let public_roots = AccessPolicy::load(None, &dir, DEFAULT_ENV_PREFIX).expect("load the policy");
+    let client = client_for(&server, Duration::from_secs(10), &public_roots)
+        .await
+        .expect("client");
     let err = client
         .read_system()
         .await
