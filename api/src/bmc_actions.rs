@@ -47,7 +47,7 @@ pub struct MediaRequest {
     action: MediaVerb,
     /// The image to insert; only with `insert` (422 otherwise).
     #[schema(
-        pattern = r"^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$",
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$",
         example = "https://racklift.example.net/media/x/incusos.img"
     )]
     image_url: Option<String>,

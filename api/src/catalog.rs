@@ -316,7 +316,7 @@ pub async fn create_image(
 pub struct PublicAddress {
     /// An http:// or https:// URL with a host, as BMCs and servers reach the API.
     #[schema(
-        pattern = r"^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$",
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$",
         example = "https://racklift.example.net:8080"
     )]
     address: String,

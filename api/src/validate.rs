@@ -37,14 +37,18 @@ pub fn http_url(field: &str, value: &str) -> Result<(), ApiError> {
 }
 
 /// The rule of [`http_url`], and of the `pattern` the OpenAPI document gives such fields:
-/// `^https?://(HOST|[IPv6])(:PORT)?(/PATH)?$`, the path and host in URL-safe characters, no user info, no query.
+/// `^https?://(HOST|[IPv6])(:PORT)?(/PATH)?$` (the scheme in any case), the path and host in URL-safe characters,
+/// no user info, no query.
 fn is_http_url(value: &str) -> bool {
-    let Some(rest) = value
-        .strip_prefix("https://")
-        .or_else(|| value.strip_prefix("http://"))
-    else {
+    // Schemes are case-insensitive (RFC 3986 §3.1).
+    let scheme_end = value.find("://").unwrap_or(0);
+    if !matches!(
+        value[..scheme_end].to_ascii_lowercase().as_str(),
+        "http" | "https"
+    ) {
         return false;
-    };
+    }
+    let rest = &value[scheme_end + 3..];
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let (host, port) = match authority.strip_prefix('[') {
         Some(v6) => match v6.split_once(']') {
@@ -124,6 +128,7 @@ mod tests {
     fn http_urls_follow_the_documented_pattern() {
         for (url, ok) in [
             ("https://10.0.40.7", true),
+            ("HTTP://10.0.0.1", true),
             ("http://bmc-7.rack1.example.net:8443/redfish/v1", true),
             ("https://[fd00::7]:443", true),
             ("https://R:64440", true),

@@ -109,7 +109,7 @@ pub struct NewServer {
     /// The BMC's Redfish root, `https://HOST[:PORT]`; `http://` only with `allow_plain_http`.
     #[serde(default)]
     #[schema(
-        pattern = r"^$|^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$",
+        pattern = r"^$|^[Hh][Tt][Tt][Pp][Ss]?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$",
         example = "https://10.0.40.7"
     )]
     pub bmc_address: String,
@@ -139,7 +139,7 @@ pub struct NewServer {
 #[serde(deny_unknown_fields)]
 pub struct ServerUpdate {
     #[schema(
-        pattern = r"^$|^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$"
+        pattern = r"^$|^[Hh][Tt][Tt][Pp][Ss]?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$"
     )]
     pub bmc_address: Option<String>,
     pub bmc_username: Option<String>,
