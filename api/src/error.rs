@@ -198,6 +198,15 @@ async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Api
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()).field("body"))?;
+    if let Some(path) = huge_number(&value, "") {
+        let field = if path.is_empty() { "body".to_owned() } else { path };
+        // Well-formed JSON the database cannot keep faithfully, like a NUL in a text: 422, as `invalid_text`.
+        return Err(ApiError::unprocessable(
+            "number_too_large",
+            &field,
+            "numbers must be smaller than 1e300 in magnitude",
+        ));
+    }
     integral_floats_as_integers(&mut value);
     serde_path_to_error::deserialize(value).map_err(|e| {
         let inner = e.inner();
@@ -209,6 +218,27 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         };
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", message).field(field)
     })
+}
+
+/// The dotted path of a number too large to come back out of the database: PostgreSQL keeps JSON numbers as
+/// exact decimals, and near the end of f64's range one written out in full no longer reads back as a float.
+fn huge_number(v: &serde_json::Value, path: &str) -> Option<String> {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match v {
+        serde_json::Value::Number(n) => n.as_f64().filter(|f| f.abs() >= 1e300).map(|_| path.to_owned()),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| huge_number(item, &join(&i.to_string()))),
+        serde_json::Value::Object(map) => map.iter().find_map(|(k, item)| huge_number(item, &join(k))),
+        _ => None,
+    }
 }
 
 /// JSON does not tell `3` from `3.0`, and JSON Schema calls both integers: a client (or a generator) may send

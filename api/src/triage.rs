@@ -56,7 +56,7 @@ impl FilterSpec {
     pub(crate) fn validate(self, prefix: &str, status: TriageStatus) -> Result<DeadLetterFilter, ApiError> {
         let text = |name: &str, v: Option<String>| -> Result<Option<String>, ApiError> {
             match v {
-                Some(v) if v.is_empty() || v.len() > 200 => Err(ApiError::invalid(
+                Some(v) if v.is_empty() || v.chars().count() > 200 => Err(ApiError::invalid(
                     &format!("{prefix}{name}"),
                     "must be 1 to 200 characters",
                 )),
@@ -335,6 +335,13 @@ pub async fn state_durations(
     _: Viewer,
     Params(q): Params<DurationsQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    // The dashboard's form may send an empty field for "the default"; the API's parameter is an integer.
+    if q.window_hours.as_deref() == Some("") {
+        return Err(ApiError::invalid(
+            "window_hours",
+            "must be a whole number of hours",
+        ));
+    }
     let hours = window_hours(q.window_hours)?;
     let items = state
         .store

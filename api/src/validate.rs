@@ -110,7 +110,9 @@ pub fn cert_pin(field: &str, value: &str) -> Result<(), ApiError> {
 
 /// A non-empty value without surrounding whitespace.
 pub fn non_empty(field: &str, value: &str) -> Result<(), ApiError> {
-    if value.is_empty() || value.trim() != value {
+    // Unicode's white space and U+FEFF: what `[^\s\u0085]` of the document's pattern refuses at either end.
+    let space = |c: char| c.is_whitespace() || c == '\u{feff}';
+    if value.is_empty() || value.trim_matches(space) != value {
         Err(ApiError::invalid(
             field,
             "must be non-empty without surrounding whitespace",

@@ -209,15 +209,18 @@ pub struct Image {
 #[serde(deny_unknown_fields)]
 pub struct NewImage {
     #[serde(rename = "type")]
-    #[schema(pattern = r"^\S([\s\S]*\S)?$", example = "iso")]
+    #[schema(pattern = r"^[^\s\u0085]([\s\S]*[^\s\u0085])?$", example = "iso")]
     pub image_type: String,
-    #[schema(pattern = r"^\S([\s\S]*\S)?$", example = "x86_64")]
+    #[schema(pattern = r"^[^\s\u0085]([\s\S]*[^\s\u0085])?$", example = "x86_64")]
     pub architecture: String,
-    #[schema(pattern = r"^\S([\s\S]*\S)?$", example = "stable")]
+    #[schema(pattern = r"^[^\s\u0085]([\s\S]*[^\s\u0085])?$", example = "stable")]
     pub channel: String,
     /// A regular file inside the images directory, absolute or relative to it (422 `outside_images_dir`
     /// otherwise).
-    #[schema(pattern = r"^\S([\s\S]*\S)?$", example = "incusos-stable.img")]
+    #[schema(
+        pattern = r"^[^\s\u0085]([\s\S]*[^\s\u0085])?$",
+        example = "incusos-stable.img"
+    )]
     pub path: String,
     #[schema(minimum = 0)]
     pub size_bytes: i64,
