@@ -7,64 +7,16 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{ADMIN, Api, OPERATOR, code, field};
+use racklift_bmc_sim::recorder::RecordingBmc;
 use racklift_store::NewServer;
 use reqwest::Method;
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
 
 /// Generous against a loaded machine: what is checked is that neither request waits on the secret's read.
 const ANSWERED_WITHIN: Duration = Duration::from_secs(20);
-
-/// A BMC that never answers: it counts connections and keeps the bytes of each request head, then hangs up.
-struct RecordingBmc {
-    url: String,
-    connections: Arc<AtomicUsize>,
-    bytes: Arc<Mutex<Vec<u8>>>,
-}
-
-impl RecordingBmc {
-    async fn start() -> RecordingBmc {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("address"));
-        let connections = Arc::new(AtomicUsize::new(0));
-        let bytes = Arc::new(Mutex::new(Vec::new()));
-        let (count, kept) = (connections.clone(), bytes.clone());
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                let kept = kept.clone();
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while let Ok(n @ 1..) = socket.read(&mut buf).await {
-                        head.extend_from_slice(&buf[..n]);
-                        if head.windows(4).any(|w| w == b"\r\n\r\n") {
-                            break;
-                        }
-                    }
-                    kept.lock().unwrap().extend_from_slice(&head);
-                });
-            }
-        });
-        RecordingBmc {
-            url,
-            connections,
-            bytes,
-        }
-    }
-
-    fn seen(&self) -> (usize, usize) {
-        (
-            self.connections.load(Ordering::SeqCst),
-            self.bytes.lock().unwrap().len(),
-        )
-    }
-}
 
 fn mkfifo(path: &std::path::Path) {
     let status = std::process::Command::new("mkfifo")
@@ -135,7 +87,7 @@ async fn references_outside_the_rules_never_reach_a_bmc() {
     std::fs::write(secrets.join("huge"), vec![b'x'; 1024 * 1024]).unwrap();
     let (token, _) = common::deploy_catalog(&api, 4096).await;
     common::set_public_address(&api).await;
-    let bmc = RecordingBmc::start().await;
+    let bmc = RecordingBmc::start().await.expect("recording BMC");
 
     // (reference, whether registering it is accepted: only a variable not set yet is).
     let cases = [
@@ -187,7 +139,7 @@ async fn references_outside_the_rules_never_reach_a_bmc() {
     assert_eq!(s, 201, "{v}");
     let (s, v) = deploy_beside_metrics(&api, "good", &token).await;
     assert_eq!((s, code(&v)), (502, "bmc_unreachable"), "{v}");
-    let head = String::from_utf8_lossy(&bmc.bytes.lock().unwrap()).to_lowercase();
+    let head = String::from_utf8_lossy(&bmc.heads()).to_lowercase();
     assert!(head.contains("authorization: basic "), "{head}");
     api.stop().await;
 }

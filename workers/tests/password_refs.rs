@@ -3,64 +3,17 @@
 //! the reason. The BMC is a loopback listener that records every connection and byte, and a server with a good
 //! reference shows it would have seen the password.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use racklift_bmc_access::secrets::DEFAULT_ENV_PREFIX;
 use racklift_bmc_access::{AccessPolicy, ClientCache};
+use racklift_bmc_sim::recorder::RecordingBmc;
 use racklift_queue::{Queue, QueueConfig, WorkerConfig, WorkerPool};
 use racklift_store::{BmcAction, BmcActionPayload, NewServer, Store};
 use racklift_testdb::{TestDb, wait_for};
 use racklift_workers::DeployStep;
-use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
-
-/// A BMC that never answers: it counts connections and keeps the bytes of each request head, then hangs up.
-struct RecordingBmc {
-    url: String,
-    connections: Arc<AtomicUsize>,
-    bytes: Arc<Mutex<Vec<u8>>>,
-}
-
-impl RecordingBmc {
-    async fn start() -> RecordingBmc {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("address"));
-        let connections = Arc::new(AtomicUsize::new(0));
-        let bytes = Arc::new(Mutex::new(Vec::new()));
-        let (count, kept) = (connections.clone(), bytes.clone());
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                let kept = kept.clone();
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while let Ok(n @ 1..) = socket.read(&mut buf).await {
-                        head.extend_from_slice(&buf[..n]);
-                        if head.windows(4).any(|w| w == b"\r\n\r\n") {
-                            break;
-                        }
-                    }
-                    kept.lock().unwrap().extend_from_slice(&head);
-                });
-            }
-        });
-        RecordingBmc {
-            url,
-            connections,
-            bytes,
-        }
-    }
-
-    fn seen(&self) -> (usize, usize) {
-        (
-            self.connections.load(Ordering::SeqCst),
-            self.bytes.lock().unwrap().len(),
-        )
-    }
-}
 
 struct Scratch(std::path::PathBuf);
 
@@ -109,7 +62,7 @@ async fn the_worker_refuses_stored_references_outside_the_rules() {
     std::fs::write(scratch.0.join("outside"), "not-for-bmcs").unwrap();
     std::os::unix::fs::symlink(scratch.0.join("outside"), secrets.join("link-out")).unwrap();
     std::fs::write(secrets.join("bmc"), "the-good-password\n").unwrap();
-    let bmc = RecordingBmc::start().await;
+    let bmc = RecordingBmc::start().await.expect("recording BMC");
 
     let refused = [
         ("file:/etc/passwd", "env:NAME or file:NAME"),
@@ -177,7 +130,7 @@ async fn the_worker_refuses_stored_references_outside_the_rules() {
         bmc.seen().1 > 0
     })
     .await;
-    let head = String::from_utf8_lossy(&bmc.bytes.lock().unwrap()).to_lowercase();
+    let head = String::from_utf8_lossy(&bmc.heads()).to_lowercase();
     assert!(head.contains("authorization: basic "), "{head}");
 
     shutdown.cancel();

@@ -28,6 +28,7 @@ mod incus;
 mod install;
 mod machine;
 mod profile;
+pub mod recorder;
 mod reply;
 mod routes;
 mod secure_boot;
