@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use racklift_store::{BmcAction, BmcActionPayload, StoreError};
 use serde::Deserialize;
-use utoipa::ToSchema;
+use utoipa::{IntoResponses, ToSchema};
 
 use crate::AppState;
 use crate::auth::{Caller, Operator};
@@ -81,21 +81,38 @@ pub fn media_action(req: MediaRequest) -> Result<BmcAction, ApiError> {
     }
 }
 
+/// What `:power` and `:media` answer besides the operator-level errors (their 422 said more precisely).
+/// Listed after those, and its body type registered in [`crate::openapi::ApiDoc`]: responses derived this way
+/// replace the shared ones and do not register the schemas they name.
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub enum BmcActionAnswers {
+    /// Enqueued.
+    #[response(status = 202)]
+    Enqueued(BmcActionAccepted),
+    /// The job this Idempotency-Key already made.
+    #[response(status = 200)]
+    Replayed(BmcActionAccepted),
+    /// No such server.
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+    /// A deployment step or another BMC action is running.
+    #[response(status = 409)]
+    Busy(ErrorBody),
+    /// The server has no BMC configured, the key was used for another request, or a text holds a character the
+    /// database cannot store; `code` says which, `field` names it.
+    #[response(status = 422)]
+    Unprocessable(ErrorBody),
+}
+
 /// Enqueue a power action as a fenced job on the server's resource key.
 #[utoipa::path(post, path = "/1.0/provisioning/servers/{name}/_action/power", tag = "provisioning",
     security(("bearer" = ["operator"])),
-    params(("name" = String, Path, description = "Server name"),
+    params(("name" = String, Path, example = "s1", description = "Server name"),
         ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
             description = "1 to 255 visible ASCII characters")),
     request_body = PowerRequest,
-    responses(
-        (status = 202, description = "Enqueued", body = BmcActionAccepted),
-        (status = 200, description = "The job this Idempotency-Key already made", body = BmcActionAccepted),
-        (status = 404, description = "No such server", body = ErrorBody),
-        (status = 409, description = "A deployment step or another BMC action is running", body = ErrorBody),
-        (status = 422, description = "The server has no BMC configured, or the key was used for another \
-            request", body = ErrorBody),
-        OperatorErrors))]
+    responses(OperatorErrors, BmcActionAnswers))]
 pub async fn power(
     State(state): State<AppState>,
     Operator(caller): Operator,
@@ -109,18 +126,11 @@ pub async fn power(
 /// Enqueue a virtual media action (insert with image_url, or eject) as a fenced job.
 #[utoipa::path(post, path = "/1.0/provisioning/servers/{name}/_action/media", tag = "provisioning",
     security(("bearer" = ["operator"])),
-    params(("name" = String, Path, description = "Server name"),
+    params(("name" = String, Path, example = "s1", description = "Server name"),
         ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
             description = "1 to 255 visible ASCII characters")),
     request_body = MediaRequest,
-    responses(
-        (status = 202, description = "Enqueued", body = BmcActionAccepted),
-        (status = 200, description = "The job this Idempotency-Key already made", body = BmcActionAccepted),
-        (status = 404, description = "No such server", body = ErrorBody),
-        (status = 409, description = "A deployment step or another BMC action is running", body = ErrorBody),
-        (status = 422, description = "The server has no BMC configured, or the key was used for another \
-            request", body = ErrorBody),
-        OperatorErrors))]
+    responses(OperatorErrors, BmcActionAnswers))]
 pub async fn media(
     State(state): State<AppState>,
     Operator(caller): Operator,

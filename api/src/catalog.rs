@@ -74,7 +74,7 @@ pub async fn create_token(
 
 /// Show a provisioning token (operators and admins: the token is a credential).
 #[utoipa::path(get, path = "/1.0/tokens/{token}", tag = "catalog", security(("bearer" = ["operator"])),
-    params(("token" = Uuid, Path, description = "The token")),
+    params(("token" = Uuid, Path, example = "00000000-0000-4000-8000-000000000001", description = "The token")),
     responses(
         (status = 200, description = "The token", body = ProvisioningToken),
         (status = 404, description = "No such token", body = ErrorBody),
@@ -90,7 +90,7 @@ pub async fn show_token(
 
 /// Delete a provisioning token.
 #[utoipa::path(delete, path = "/1.0/tokens/{token}", tag = "catalog", security(("bearer" = ["admin"])),
-    params(("token" = Uuid, Path, description = "The token")),
+    params(("token" = Uuid, Path, example = "00000000-0000-4000-8000-000000000001", description = "The token")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "No such token", body = ErrorBody),
@@ -110,7 +110,7 @@ pub async fn delete_token(
 
 /// List a token's seeds (operators and admins: the path names the token).
 #[utoipa::path(get, path = "/1.0/tokens/{token}/seeds", tag = "catalog", security(("bearer" = ["operator"])),
-    params(("token" = Uuid, Path, description = "The token")),
+    params(("token" = Uuid, Path, example = "00000000-0000-4000-8000-000000000001", description = "The token")),
     responses(
         (status = 200, description = "The token's seeds", body = Vec<Seed>),
         (status = 404, description = "No such token", body = ErrorBody),
@@ -127,7 +127,7 @@ pub async fn list_seeds(
 
 /// Create a seed of a token.
 #[utoipa::path(post, path = "/1.0/tokens/{token}/seeds", tag = "catalog", security(("bearer" = ["admin"])),
-    params(("token" = Uuid, Path, description = "The token")),
+    params(("token" = Uuid, Path, example = "00000000-0000-4000-8000-000000000001", description = "The token")),
     request_body = NewSeed,
     responses(
         (status = 201, description = "Created", body = Seed),
@@ -232,7 +232,7 @@ pub async fn put_profile(
 
 /// Delete a BIOS profile.
 #[utoipa::path(delete, path = "/1.0/bios-profiles/{name}", tag = "catalog", security(("bearer" = ["admin"])),
-    params(("name" = String, Path, description = "Profile name")),
+    params(("name" = String, Path, example = "incusos-baseline", description = "Profile name")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "No such profile", body = ErrorBody),

@@ -10,6 +10,8 @@ use racklift_store::{
     StoreError,
 };
 use serde_json::json;
+
+use crate::deploy::DeployRequest;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -168,10 +170,11 @@ pub async fn seed_catalog(
 
 /// The deploy request body for a demo server. The HPE-like and Lenovo-like simulated BMCs (like the real ones)
 /// do not let Redfish modify the UEFI key databases, so their deployments skip the secure boot certificates.
-pub fn deploy_request(catalog: &DemoCatalog, vendor: &str) -> serde_json::Value {
-    json!({
-        "token": catalog.token,
-        "seed": catalog.seed,
-        "skip_secure_boot_certificates": matches!(vendor, "hpe" | "lenovo"),
-    })
+pub fn deploy_request(catalog: &DemoCatalog, vendor: &str) -> DeployRequest {
+    DeployRequest {
+        token: Some(catalog.token.to_string()),
+        seed: Some(catalog.seed.clone()),
+        skip_secure_boot_certificates: matches!(vendor, "hpe" | "lenovo"),
+        ..DeployRequest::default()
+    }
 }

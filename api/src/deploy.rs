@@ -15,7 +15,7 @@ use racklift_deploy::secure_boot::{AllowOverrides, layer_allow_lists};
 use racklift_deploy::{Deployment, Plan};
 use racklift_redfish::{ErrorClass, MediaSlot};
 use racklift_store::{BiosProfile, Image, NewDeployment, PUBLIC_ADDRESS, Server, ServerStatus, StoreError};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -28,25 +28,25 @@ use crate::validate;
 use crate::views::DeploymentView;
 
 /// What a deployment is made of; every field is optional, the catalog fills in the rest.
-#[derive(Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeployRequest {
     /// The provisioning token the server registers with.
     #[schema(value_type = Uuid, required = true)]
-    token: Option<String>,
+    pub token: Option<String>,
     /// A seed of that token (default: its only one).
-    seed: Option<String>,
+    pub seed: Option<String>,
     /// Deploy over an installed OS.
     #[serde(default)]
-    force: bool,
-    image_type: Option<String>,
-    architecture: Option<String>,
-    channel: Option<String>,
+    pub force: bool,
+    pub image_type: Option<String>,
+    pub architecture: Option<String>,
+    pub channel: Option<String>,
     /// The virtual media device, as the BMC names it (default: the one the client picks).
-    media_device: Option<String>,
+    pub media_device: Option<String>,
     /// Leave the BMC's secure boot key databases as they are.
     #[serde(default)]
-    skip_secure_boot_certificates: bool,
+    pub skip_secure_boot_certificates: bool,
 }
 
 #[derive(Deserialize, Default, ToSchema)]
@@ -63,7 +63,7 @@ pub struct CancelRequest {
 /// Request a deployment after the pre-flight checks. An `Idempotency-Key` retried answers the deployment it made.
 #[utoipa::path(post, path = "/1.0/provisioning/servers/{name}/_action/deploy", tag = "provisioning",
     security(("bearer" = ["operator"])),
-    params(("name" = String, Path, description = "Server name"),
+    params(("name" = String, Path, example = "s1", description = "Server name"),
         ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
             description = "1 to 255 visible ASCII characters")),
     request_body = DeployRequest,
@@ -89,7 +89,7 @@ pub async fn deploy_action(
 /// Cancel the running deployment; the reason is kept in the event log.
 #[utoipa::path(post, path = "/1.0/provisioning/servers/{name}/_action/cancel-deploy", tag = "provisioning",
     security(("bearer" = ["operator"])),
-    params(("name" = String, Path, description = "Server name")),
+    params(("name" = String, Path, example = "s1", description = "Server name")),
     request_body(content = Option<CancelRequest>, description = "Optional; an empty body is {}"),
     responses(
         (status = 202, description = "Cancel requested", body = DeploymentView),

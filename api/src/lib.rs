@@ -22,6 +22,10 @@ mod ui;
 mod validate;
 mod views;
 
+pub use deploy::DeployRequest;
+/// The dashboard's routes and who may use each (what its auth matrix walks).
+pub use ui::{Access as UiAccess, Page as UiPage, table as ui_pages};
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -195,7 +195,7 @@ fn header_value(s: &str) -> HeaderValue {
 /// The path's secret is the capability; it stops working when the deployment ends.
 #[utoipa::path(method(get, head), path = "/media/{secret}/{file}", tag = "service",
     params(("secret" = String, Path, description = "The deployment's media secret"),
-        ("file" = String, Path, description = "Any file name (BMCs want an extension)"),
+        ("file" = String, Path, example = "incusos.img", description = "Any file name (BMCs want an extension)"),
         ("Range" = Option<String>, Header, description = "bytes=…")),
     responses(
         (status = 200, description = "The whole image", content_type = "application/octet-stream", body = Vec<u8>),

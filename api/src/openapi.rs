@@ -26,6 +26,7 @@ pub const ACTION_SEGMENT: &str = "/_action/";
             durable jobs; errors carry a stable `code` and the offending `field`."
     ),
     modifiers(&BearerAuth),
+    components(schemas(crate::views::BmcActionAccepted)),
     tags(
         (name = "servers", description = "The server catalog"),
         (name = "catalog", description = "Provisioning tokens, seeds, BIOS profiles, images, settings"),

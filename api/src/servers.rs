@@ -154,7 +154,7 @@ fn server_not_found(e: racklift_store::StoreError) -> ApiError {
 
 /// Show a server with its status and newest deployment.
 #[utoipa::path(get, path = "/1.0/servers/{name}", tag = "servers", security(("bearer" = ["viewer"])),
-    params(("name" = String, Path, description = "Server name")),
+    params(("name" = String, Path, example = "s1", description = "Server name")),
     responses(
         (status = 200, description = "The server", body = ServerDetail),
         (status = 404, description = "No such server", body = ErrorBody),
@@ -177,7 +177,7 @@ pub async fn show(
 
 /// Update a server's BMC settings; absent fields keep their value.
 #[utoipa::path(patch, path = "/1.0/servers/{name}", tag = "servers", security(("bearer" = ["admin"])),
-    params(("name" = String, Path, description = "Server name")),
+    params(("name" = String, Path, example = "s1", description = "Server name")),
     request_body = ServerUpdate,
     responses(
         (status = 200, description = "Updated", body = ServerView),
@@ -216,7 +216,7 @@ pub async fn update(
 
 /// Delete a server without a running deployment.
 #[utoipa::path(delete, path = "/1.0/servers/{name}", tag = "servers", security(("bearer" = ["admin"])),
-    params(("name" = String, Path, description = "Server name")),
+    params(("name" = String, Path, example = "s1", description = "Server name")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "No such server", body = ErrorBody),
@@ -252,7 +252,7 @@ pub struct EventsQuery {
 
 /// A server's events after `?after=ID`, oldest first.
 #[utoipa::path(get, path = "/1.0/servers/{name}/events", tag = "servers", security(("bearer" = ["viewer"])),
-    params(("name" = String, Path, description = "Server name"), EventsQuery),
+    params(("name" = String, Path, example = "s1", description = "Server name"), EventsQuery),
     responses(
         (status = 200, description = "Events", body = Vec<Event>),
         (status = 404, description = "No such server", body = ErrorBody),

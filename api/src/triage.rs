@@ -10,9 +10,14 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use racklift_store::{Cursor, DeadLetterFilter, TriageError, TriageStatus, redact};
+use racklift_deploy::triage::Progress;
+use racklift_deploy::{Machine, Plan};
+use racklift_store::{
+    Cursor, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPage, Event, LiveJob, StateDuration,
+    StuckDeployment, TriageAction, TriageError, TriageStatus, redact,
+};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
@@ -235,7 +240,7 @@ pub(crate) fn to_json(v: impl serde::Serialize) -> Result<Value, ApiError> {
 /// A page of dead letters, newest first.
 #[utoipa::path(get, path = "/1.0/deadletters", tag = "triage", security(("bearer" = ["viewer"])),
     params(ListQuery),
-    responses((status = 200, description = "`items` and `next_cursor`", body = Object), ViewerErrors))]
+    responses((status = 200, description = "A page, newest first", body = DeadLetterPage), ViewerErrors))]
 pub async fn list(
     State(state): State<AppState>,
     _: Viewer,
@@ -272,10 +277,10 @@ pub async fn groups(
     Ok(Json(to_json(GroupsView { groups, total })?))
 }
 
+/// Dead letters counted by what they share, and the sum.
 #[derive(Serialize, ToSchema)]
 pub struct GroupsView {
-    #[schema(value_type = Vec<Object>)]
-    groups: Vec<racklift_store::DeadLetterGroup>,
+    groups: Vec<DeadLetterGroup>,
     total: i64,
 }
 
@@ -291,25 +296,27 @@ pub struct StuckQuery {
 /// Live deployments past their state's budget (with `all=true`, every live one).
 #[utoipa::path(get, path = "/1.0/stuck", tag = "triage", security(("bearer" = ["viewer"])),
     params(StuckQuery),
-    responses((status = 200, description = "`items`", body = Object), ViewerErrors))]
+    responses((status = 200, description = "The live deployments", body = StuckView), ViewerErrors))]
 pub async fn stuck(
     State(state): State<AppState>,
     _: Viewer,
     Params(q): Params<StuckQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let items = state.store.stuck_deployments(&state.config.deploy, q.all).await?;
-    Ok(Json(to_json(ItemsView { items })?))
+    Ok(Json(to_json(StuckView { items })?))
 }
 
-#[derive(Serialize)]
-struct ItemsView<T> {
-    items: T,
+/// Live deployments past their state's budget (or every live one), each with why it looks stuck.
+#[derive(Serialize, ToSchema)]
+pub struct StuckView {
+    items: Vec<StuckDeployment>,
 }
 
-#[derive(Serialize)]
-struct DurationsView<T> {
+/// Time per state and vendor over the window.
+#[derive(Serialize, ToSchema)]
+pub struct DurationsView {
     window_hours: i64,
-    items: T,
+    items: Vec<StateDuration>,
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -329,7 +336,7 @@ const MAX_WINDOW_HOURS: i64 = 24 * 366;
 /// budget, for tuning timeouts.
 #[utoipa::path(get, path = "/1.0/stats/state-durations", tag = "triage", security(("bearer" = ["viewer"])),
     params(DurationsQuery),
-    responses((status = 200, description = "`window_hours` and `items`", body = Object), ViewerErrors))]
+    responses((status = 200, description = "The durations", body = DurationsView), ViewerErrors))]
 pub async fn state_durations(
     State(state): State<AppState>,
     _: Viewer,
@@ -379,9 +386,9 @@ pub(crate) fn parse_id(s: &str) -> Result<i64, ApiError> {
 /// The dead letter, its deployment (state, machine, plan, facts, last error, media progress, where it may be
 /// resumed), its timeline, the server's live job and lease, and the actions so far.
 #[utoipa::path(get, path = "/1.0/deadletters/{id}", tag = "triage", security(("bearer" = ["viewer"])),
-    params(("id" = i64, Path, minimum = 1, description = "Dead letter id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Dead letter id")),
     responses(
-        (status = 200, description = "The dead letter in detail", body = Object),
+        (status = 200, description = "The dead letter in detail", body = DeadLetterDetailView),
         (status = 404, description = "No such dead letter", body = ErrorBody),
         ViewerErrors))]
 pub async fn show(
@@ -397,34 +404,68 @@ pub async fn show(
     let deployment = match &detail.deployment {
         Some(d) => {
             let m = &d.deployment.machine;
-            let mut v = to_json(DeploymentView::of(&state.store, d, caller.0.role).await?)?;
-            v["seq"] = json!(m.seq);
-            v["machine"] = to_json(m)?;
-            v["plan"] = to_json(&d.deployment.plan)?;
-            v["last_facts"] = json!(d.last_facts);
-            v["last_error_detail"] = json!(d.last_error);
-            v["resume_states"] = json!(
-                racklift_deploy::triage::resume_states(m)
+            Some(TriageDeployment {
+                view: DeploymentView::of(&state.store, d, caller.0.role).await?,
+                seq: m.seq,
+                machine: m.clone(),
+                plan: d.deployment.plan.clone(),
+                last_facts: d.last_facts.clone(),
+                last_error_detail: d.last_error.clone(),
+                resume_states: racklift_deploy::triage::resume_states(m)
                     .iter()
-                    .map(|s| s.name())
-                    .collect::<Vec<_>>()
-            );
-            if !d.is_finished() {
-                let now = chrono::Utc::now();
-                v["progress"] = to_json(racklift_deploy::triage::progress(m, now, &state.config.deploy))?;
-            }
-            v
+                    .map(|s| s.name().to_owned())
+                    .collect(),
+                progress: (!d.is_finished())
+                    .then(|| racklift_deploy::triage::progress(m, chrono::Utc::now(), &state.config.deploy)),
+            })
         }
-        None => Value::Null,
+        None => None,
     };
-    let doc = json!({
-        "dead_letter": detail.dead_letter,
-        "deployment": deployment,
-        "timeline": detail.timeline,
-        "live_job": detail.live_job,
-        "actions": detail.actions,
-    });
-    Ok(Json(to_json(doc)?))
+    Ok(Json(to_json(DeadLetterDetailView {
+        dead_letter: detail.dead_letter,
+        deployment,
+        timeline: detail.timeline,
+        live_job: detail.live_job,
+        actions: detail.actions,
+    })?))
+}
+
+/// A dead letter, its deployment, its timeline, the live job on its server and the triage so far.
+#[derive(Serialize, ToSchema)]
+pub struct DeadLetterDetailView {
+    dead_letter: DeadLetter,
+    /// `null` for work that is not a deployment.
+    deployment: Option<TriageDeployment>,
+    /// Events of the deployment (or of the server up to the death), oldest first.
+    timeline: Vec<Event>,
+    live_job: Option<LiveJob>,
+    actions: Vec<TriageAction>,
+}
+
+/// A dead letter's deployment: the view every deployment has, plus what triage needs to judge it.
+#[derive(Serialize, ToSchema)]
+pub struct TriageDeployment {
+    #[serde(flatten)]
+    view: DeploymentView,
+    /// The machine's sequence number, bumped on every write.
+    seq: u64,
+    /// The state machine's record (spec 000).
+    #[schema(value_type = Object)]
+    machine: Machine,
+    /// What the deployment was asked to do, snapshotted when it was created.
+    #[schema(value_type = Object)]
+    plan: Plan,
+    /// The facts of the last step (`null` before one ran).
+    last_facts: Option<Value>,
+    /// The last error with its server, step and cause.
+    last_error_detail: Option<Value>,
+    /// The triggers a retry may resume from.
+    #[schema(example = json!(["PowerOff", "InsertMedia"]))]
+    resume_states: Vec<String>,
+    /// How far a live deployment is into its state and budgets; absent once it finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    progress: Option<Progress>,
 }
 
 fn not_found(id: i64) -> ApiError {

@@ -70,10 +70,10 @@ pub struct Discarded {
 /// Retry a dead letter, from its failed state or an earlier trigger, with a fresh budget.
 #[utoipa::path(post, path = "/1.0/deadletters/{id}/_action/retry", tag = "triage",
     security(("bearer" = ["operator"])),
-    params(("id" = i64, Path, minimum = 1, description = "Dead letter id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Dead letter id")),
     request_body = RetryBody,
     responses(
-        (status = 202, description = "Retried: the job enqueued", body = Object),
+        (status = 202, description = "Retried: the job enqueued", body = racklift_store::Retried),
         (status = 404, description = "No such dead letter", body = ErrorBody),
         (status = 409, description = "Triaged already, superseded, or the server is busy", body = ErrorBody),
         (status = 422, description = "Cannot be resumed from there", body = ErrorBody),
@@ -111,7 +111,7 @@ pub async fn retry(
 /// Discard a dead letter, with a note.
 #[utoipa::path(post, path = "/1.0/deadletters/{id}/_action/discard", tag = "triage",
     security(("bearer" = ["operator"])),
-    params(("id" = i64, Path, minimum = 1, description = "Dead letter id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Dead letter id")),
     request_body = DiscardBody,
     responses(
         (status = 200, description = "Discarded", body = Discarded),
@@ -142,11 +142,11 @@ pub async fn discard(
 /// Cancel the deployment of a dead letter, cleaning up unless told not to.
 #[utoipa::path(post, path = "/1.0/deadletters/{id}/_action/cancel", tag = "triage",
     security(("bearer" = ["operator"])),
-    params(("id" = i64, Path, minimum = 1, description = "Dead letter id")),
+    params(("id" = i64, Path, minimum = 1, example = 1, description = "Dead letter id")),
     request_body = CancelBody,
     responses(
-        (status = 202, description = "Canceled; the clean-up job enqueued", body = Object),
-        (status = 200, description = "Canceled without clean-up", body = Object),
+        (status = 202, description = "Canceled; the clean-up job enqueued", body = racklift_store::Canceled),
+        (status = 200, description = "Canceled without clean-up", body = racklift_store::Canceled),
         (status = 404, description = "No such dead letter", body = ErrorBody),
         (status = 409, description = "Triaged already or finished", body = ErrorBody),
         (status = 422, description = "No deployment to cancel", body = ErrorBody),
@@ -180,7 +180,7 @@ pub async fn cancel(
     security(("bearer" = ["operator"])),
     request_body = BulkBody,
     responses(
-        (status = 200, description = "What was retried and skipped", body = Object),
+        (status = 200, description = "What was retried and skipped", body = racklift_store::BulkRetry),
         (status = 422, description = "No filter given", body = ErrorBody),
         OperatorErrors))]
 pub async fn bulk_retry(

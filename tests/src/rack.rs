@@ -200,7 +200,8 @@ impl Rack {
     /// `POST …/{name}/:deploy` as the admin with the demo token and seed, plus `extra` fields.
     pub async fn deploy(&self, name: &str, extra: Value) -> reqwest::Response {
         let vendor = self.sim.personality(self.index(name)).as_str();
-        let mut body = demo::deploy_request(&self.catalog, vendor);
+        let mut body =
+            serde_json::to_value(demo::deploy_request(&self.catalog, vendor)).expect("deploy request");
         if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
             b.extend(e.clone());
         }

@@ -24,7 +24,7 @@ use axum::extract::{Form, FromRequestParts, OriginalUri, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use hmac::{Hmac, Mac};
 use racklift_store::{ApiToken, Role};
 use serde::Deserialize;
@@ -40,19 +40,81 @@ pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// never sent on a cross-site request, and only to the dashboard.
 const COOKIE_ATTRIBUTES: &str = "Secure; HttpOnly; SameSite=Strict; Path=/ui";
 
+/// Who may use a dashboard route. The router is built from [`pages`], and the auth matrix test walks the same
+/// table, so a new form cannot escape it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone: the login form, the stylesheet and the script.
+    Public,
+    /// Anyone, with an API token in the form: opens a session.
+    Login,
+    /// A session of any role; with `csrf`, the form's CSRF token too.
+    Viewer { csrf: bool },
+    /// A session of an operator or admin, and the form's CSRF token.
+    Operator,
+}
+
+/// One route of the dashboard, relative to `/ui`.
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub method: Method,
+    pub path: &'static str,
+    pub access: Access,
+}
+
+/// Every dashboard route with who may use it and its handler.
+fn pages() -> Vec<(Page, MethodRouter<AppState>)> {
+    use Access::*;
+    let page = |method, path, access| Page { method, path, access };
+    vec![
+        (
+            page(Method::GET, "/", Viewer { csrf: false }),
+            get(pages::dead_letters),
+        ),
+        (
+            page(Method::GET, "/fragments/deadletters", Viewer { csrf: false }),
+            get(pages::fragment),
+        ),
+        (
+            page(Method::GET, "/deadletters/{id}", Viewer { csrf: false }),
+            get(detail::detail),
+        ),
+        (
+            page(Method::POST, "/deadletters/{id}/{action}", Operator),
+            post(actions::single),
+        ),
+        (
+            page(Method::POST, "/deadletters/bulk-retry", Operator),
+            post(actions::bulk_retry),
+        ),
+        (
+            page(Method::GET, "/stats", Viewer { csrf: false }),
+            get(stats::state_durations),
+        ),
+        (page(Method::GET, "/login", Public), get(login_form)),
+        (page(Method::POST, "/login", Login), post(login)),
+        (page(Method::POST, "/logout", Viewer { csrf: true }), post(logout)),
+        (
+            page(Method::GET, "/assets/ui.css", Public),
+            get(assets::stylesheet),
+        ),
+        (
+            page(Method::GET, "/assets/live.js", Public),
+            get(assets::live_script),
+        ),
+    ]
+}
+
+/// The dashboard's routes and who may use each, for the auth matrix.
+pub fn table() -> Vec<Page> {
+    pages().into_iter().map(|(p, _)| p).collect()
+}
+
 /// The dashboard's routes, to be nested under `/ui`.
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/", get(pages::dead_letters))
-        .route("/fragments/deadletters", get(pages::fragment))
-        .route("/deadletters/{id}", get(detail::detail))
-        .route("/deadletters/{id}/{action}", post(actions::single))
-        .route("/deadletters/bulk-retry", post(actions::bulk_retry))
-        .route("/stats", get(stats::state_durations))
-        .route("/login", get(login_form).post(login))
-        .route("/logout", post(logout))
-        .route("/assets/ui.css", get(assets::stylesheet))
-        .route("/assets/live.js", get(assets::live_script))
+    pages()
+        .into_iter()
+        .fold(Router::new(), |r, (p, handler)| r.route(p.path, handler))
         .fallback(|| async { error_page(StatusCode::NOT_FOUND, "no such page") })
         .layer(axum::middleware::map_response(assets::security_headers))
 }

@@ -14,7 +14,7 @@ pub fn client() -> reqwest::Client {
         .expect("client")
 }
 
-fn urlencode(pairs: &[(&str, &str)]) -> String {
+pub fn urlencode(pairs: &[(&str, &str)]) -> String {
     let enc = |s: &str| -> String {
         s.bytes()
             .map(|b| match b {

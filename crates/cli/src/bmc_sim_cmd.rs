@@ -34,7 +34,7 @@ pub struct Args {
     registration_url: Option<String>,
 }
 
-/// Start the simulator, print where it is, and serve until Ctrl-C.
+/// Start the simulator, print where it is, and serve until Ctrl-C, SIGTERM or SIGHUP.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the Tokio runtime")?;
     runtime.block_on(async move {
@@ -62,7 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if let Some(pem) = sim.cert_pem() {
             println!("{pem}");
         }
-        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        crate::worker_cmd::shutdown_on_signal().cancelled().await;
         sim.shutdown().await;
         Ok(())
     })

@@ -103,7 +103,7 @@ impl Cursor {
 }
 
 /// One dead letter as listed.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct DeadLetterSummary {
     pub id: i64,
     pub job_id: i64,
@@ -133,7 +133,7 @@ pub struct DeadLetterSummary {
 }
 
 /// A dead letter with everything the queue kept: payload, error history, context.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct DeadLetter {
     #[sqlx(flatten)]
     #[serde(flatten)]
@@ -149,14 +149,14 @@ pub struct DeadLetter {
 }
 
 /// A page of the list; `next_cursor` is `None` on the last page.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DeadLetterPage {
     pub items: Vec<DeadLetterSummary>,
     pub next_cursor: Option<String>,
 }
 
 /// How many dead letters share one (operation, error class, MessageId, vendor, state).
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct DeadLetterGroup {
     pub operation: Option<String>,
     pub error_class: Option<String>,
@@ -169,7 +169,7 @@ pub struct DeadLetterGroup {
 }
 
 /// The queued or running job holding a server's resource key, with its lease.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct LiveJob {
     pub id: i64,
     pub kind: String,
@@ -184,7 +184,7 @@ pub struct LiveJob {
 }
 
 /// One recorded triage action.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct TriageAction {
     pub id: i64,
     pub dead_letter_id: Option<i64>,

@@ -88,7 +88,7 @@ impl From<sqlx::Error> for TriageError {
 }
 
 /// What a retry enqueued.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Retried {
     pub dead_letter_id: i64,
     pub operation: Option<String>,
@@ -102,7 +102,7 @@ pub struct Retried {
 }
 
 /// What a cancel did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Canceled {
     pub dead_letter_id: i64,
     pub deployment_id: i64,

@@ -12,15 +12,16 @@ use crate::catalog::ApiToken;
 use crate::{Store, StoreError};
 
 /// One item a bulk retry left alone, and why.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Skipped {
     pub id: i64,
+    #[schema(value_type = String)]
     pub code: &'static str,
     pub message: String,
 }
 
 /// The result of a bulk retry.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct BulkRetry {
     pub bulk_id: i64,
     pub matched: u64,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::{Store, StoreError};
 
 /// One state's time, for one vendor, over the deployments started in the window.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct StateDuration {
     /// The server's vendor hint; `None` for servers without one.
     pub vendor: Option<String>,

@@ -12,14 +12,17 @@ use super::LiveJob;
 use crate::{Store, StoreError};
 
 /// A live deployment measured against its state's budget, with the job that should be advancing it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct StuckDeployment {
     pub deployment_id: i64,
     pub server: String,
     pub vendor: Option<String>,
+    /// The state's time and budgets (`racklift_deploy::triage::Progress`).
+    #[schema(value_type = Object)]
     pub progress: Progress,
     /// Why it looks stuck: `state_overdue`, `deadline_passed` (from the state table), `no_live_job`,
     /// `lease_expired`, `not_picked_up` (from the queue). Empty: on track.
+    #[schema(value_type = Vec<String>)]
     pub reasons: Vec<&'static str>,
     pub cancel_requested: bool,
     pub updated_at: DateTime<Utc>,
