@@ -1,0 +1,197 @@
+//! Where the seed goes: partition 2 of the image's GUID partition table.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+
+/// The largest seed archive racklift writes, and so the least room partition 2 must offer. A seed is a handful
+/// of small YAML files (install target, provider, certificates, a network config): a megabyte is generous.
+pub const MAX_SEED_BYTES: u64 = 1 << 20;
+
+/// The facts of an image the media server needs, read once when the image enters the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageLayout {
+    /// Bytes in the image file.
+    pub size: u64,
+    /// Byte offset of partition 2: where the seed archive starts.
+    pub seed_offset: u64,
+    /// Bytes partition 2 holds.
+    pub seed_capacity: u64,
+}
+
+/// Why an image cannot carry a seed.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    #[error("reading the image")]
+    Io(#[from] std::io::Error),
+    #[error("the image has no GUID partition table (IncusOS images are GPT disk images)")]
+    NotGpt(#[source] gptman::Error),
+    #[error("the image has no partition 2, where IncusOS reads its seed")]
+    NoSeedPartition,
+    #[error("partition 2 holds {capacity} bytes; a seed needs {needed}")]
+    SeedPartitionTooSmall { capacity: u64, needed: u64 },
+    #[error("partition 2 ends past the end of the image ({end} > {size} bytes)")]
+    SeedPartitionOutside { end: u64, size: u64 },
+}
+
+impl ImageLayout {
+    /// Reads the partition table of `image` (512- or 4096-byte sectors) and checks partition 2 can hold a seed
+    /// of [`MAX_SEED_BYTES`] inside the image.
+    pub fn read<R: Read + Seek>(image: &mut R) -> Result<ImageLayout, LayoutError> {
+        let size = image.seek(SeekFrom::End(0))?;
+        image.seek(SeekFrom::Start(0))?;
+        let gpt = gptman::GPT::find_from(image).map_err(LayoutError::NotGpt)?;
+        let Some(p) = gpt
+            .iter()
+            .find(|(i, _)| *i == 2)
+            .map(|(_, p)| p)
+            .filter(|p| p.is_used())
+        else {
+            return Err(LayoutError::NoSeedPartition);
+        };
+        let seed_offset = p.starting_lba * gpt.sector_size;
+        let seed_capacity = p.size().map_err(LayoutError::NotGpt)? * gpt.sector_size;
+        let end = seed_offset + seed_capacity;
+        if end > size {
+            return Err(LayoutError::SeedPartitionOutside { end, size });
+        }
+        if seed_capacity < MAX_SEED_BYTES {
+            return Err(LayoutError::SeedPartitionTooSmall {
+                capacity: seed_capacity,
+                needed: MAX_SEED_BYTES,
+            });
+        }
+        Ok(ImageLayout {
+            size,
+            seed_offset,
+            seed_capacity,
+        })
+    }
+}
+
+/// The GPT partition type IncusOS's images give the seed partition is not what readers go by (they take
+/// partition 2 by number); Linux filesystem data is a neutral choice for generated images.
+const LINUX_DATA: [u8; 16] = [
+    0xaf, 0x3d, 0xc6, 0x0f, 0x83, 0x84, 0x72, 0x47, 0x8e, 0x79, 0x3d, 0x69, 0xd8, 0x47, 0x7d, 0xe4,
+];
+const EFI_SYSTEM: [u8; 16] = [
+    0x28, 0x73, 0x2a, 0xc1, 0x1f, 0xf8, 0xd2, 0x11, 0xba, 0x4b, 0x00, 0xa0, 0xc9, 0x3e, 0xc9, 0x3b,
+];
+
+/// Writes a disk image laid out like an IncusOS install image, for demos, tests and benchmarks: a protective
+/// MBR, a GPT with partition 1 (ESP, 1/8 of the disk), partition 2 (the seed partition, 2 MiB, zeroed) and
+/// partition 3 (the rest), the bytes outside the partition table from `fill`. `size` is rounded down to whole
+/// 512-byte sectors and must leave room for all three (at least 8 MiB).
+pub fn write_demo_image<W: Read + Write + Seek>(
+    out: &mut W,
+    size: u64,
+    mut fill: impl FnMut(&mut [u8]),
+) -> std::io::Result<ImageLayout> {
+    const SECTOR: u64 = 512;
+    let size = size / SECTOR * SECTOR;
+    if size < 8 << 20 {
+        return Err(std::io::Error::other("a demo image needs at least 8 MiB"));
+    }
+    // The payload first, so the table written afterwards is not overwritten.
+    out.seek(SeekFrom::Start(0))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut written = 0u64;
+    while written < size {
+        let n = (size - written).min(buf.len() as u64) as usize;
+        fill(&mut buf[..n]);
+        out.write_all(&buf[..n])?;
+        written += n as u64;
+    }
+    let mut gpt = gptman::GPT::new_from(out, SECTOR, *b"racklift-demo-im").map_err(std::io::Error::other)?;
+    let first = gpt.header.first_usable_lba.next_multiple_of(2048);
+    let esp_end = first + (size / SECTOR) / 8;
+    let seed_start = esp_end.next_multiple_of(2048);
+    let seed_end = seed_start + (2 << 20) / SECTOR - 1;
+    let entry = |type_guid: [u8; 16], id: u8, start: u64, end: u64, name: &str| gptman::GPTPartitionEntry {
+        partition_type_guid: type_guid,
+        unique_partition_guid: [id; 16],
+        starting_lba: start,
+        ending_lba: end,
+        attribute_bits: 0,
+        partition_name: name.into(),
+    };
+    gpt[1] = entry(EFI_SYSTEM, 1, first, esp_end - 1, "esp");
+    gpt[2] = entry(LINUX_DATA, 2, seed_start, seed_end, "seed-data");
+    gpt[3] = entry(LINUX_DATA, 3, seed_end + 1, gpt.header.last_usable_lba, "root");
+    gptman::GPT::write_protective_mbr_into(out, SECTOR).map_err(std::io::Error::other)?;
+    gpt.write_into(out).map_err(std::io::Error::other)?;
+    // The seed partition of a fresh image holds no seed.
+    out.seek(SeekFrom::Start(seed_start * SECTOR))?;
+    out.write_all(&vec![0u8; (seed_end + 1 - seed_start) as usize * SECTOR as usize])?;
+    out.flush()?;
+    ImageLayout::read(out).map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use super::*;
+
+    #[test]
+    fn a_demo_image_has_a_seed_partition_the_reader_finds() {
+        let mut disk = Cursor::new(Vec::new());
+        let layout = write_demo_image(&mut disk, 16 << 20, |b| b.fill(0xAB)).expect("image");
+        assert_eq!(layout.size, 16 << 20);
+        assert_eq!(layout.seed_capacity, 2 << 20);
+        assert_eq!(layout.seed_offset % 4096, 0);
+        let bytes = disk.into_inner();
+        // Outside the table and the seed partition, the payload is what `fill` gave.
+        assert_eq!(bytes[layout.size as usize - 64 * 1024], 0xAB);
+        assert!(
+            bytes[layout.seed_offset as usize..][..1024]
+                .iter()
+                .all(|b| *b == 0)
+        );
+        assert_eq!(
+            ImageLayout::read(&mut Cursor::new(bytes))
+                .expect("read")
+                .seed_offset,
+            layout.seed_offset
+        );
+    }
+
+    #[test]
+    fn images_that_cannot_carry_a_seed_are_refused_with_the_reason() {
+        let mut plain = Cursor::new(vec![0u8; 4 << 20]);
+        assert!(matches!(
+            ImageLayout::read(&mut plain),
+            Err(LayoutError::NotGpt(_))
+        ));
+
+        // A GPT with one partition only.
+        let mut disk = Cursor::new(vec![0u8; 8 << 20]);
+        let mut gpt = gptman::GPT::new_from(&mut disk, 512, [7; 16]).expect("gpt");
+        gpt[1] = gptman::GPTPartitionEntry {
+            partition_type_guid: LINUX_DATA,
+            unique_partition_guid: [1; 16],
+            starting_lba: 2048,
+            ending_lba: 4095,
+            attribute_bits: 0,
+            partition_name: "one".into(),
+        };
+        gpt.write_into(&mut disk).expect("write");
+        assert!(matches!(
+            ImageLayout::read(&mut disk),
+            Err(LayoutError::NoSeedPartition)
+        ));
+
+        // Partition 2 too small for a seed.
+        gpt[2] = gptman::GPTPartitionEntry {
+            partition_type_guid: LINUX_DATA,
+            unique_partition_guid: [2; 16],
+            starting_lba: 4096,
+            ending_lba: 4096 + 127,
+            attribute_bits: 0,
+            partition_name: "tiny".into(),
+        };
+        gpt.write_into(&mut disk).expect("write");
+        assert!(matches!(
+            ImageLayout::read(&mut disk),
+            Err(LayoutError::SeedPartitionTooSmall { capacity: 65536, .. })
+        ));
+    }
+}
