@@ -145,12 +145,13 @@ pub async fn create_seed(
     if !(new.install_config.is_null() || new.install_config.is_object()) {
         return Err(ApiError::invalid("install_config", "must be a JSON object"));
     }
-    if let Some(v) = new.install_config.get("force_reboot")
-        && !v.is_boolean()
+    // What IncusOS would not read is refused now, naming the key, not at the first deployment.
+    if !new.install_config.is_null()
+        && let Err(e) = serde_path_to_error::deserialize::<_, racklift_media::seed::SeedConfig>(&new.install_config)
     {
         return Err(ApiError::invalid(
-            "install_config.force_reboot",
-            "must be a boolean",
+            &format!("install_config.{}", e.path()),
+            e.inner().to_string(),
         ));
     }
     let seed = state.store.create_seed(token, &new).await.map_err(|e| match e {
@@ -270,7 +271,7 @@ pub async fn list_images(State(state): State<AppState>, _: Viewer) -> Result<Jso
     responses(
         (status = 201, description = "Registered", body = Image),
         (status = 409, description = "An image of that type, architecture and channel exists", body = ErrorBody),
-        (status = 422, description = "The path is outside the images directory", body = ErrorBody),
+        (status = 422, description = "The path is outside the images directory, or the image has no partition 2 with room for a seed, or its size is not `size_bytes`", body = ErrorBody),
         AdminErrors))]
 pub async fn create_image(
     State(state): State<AppState>,
@@ -301,12 +302,44 @@ pub async fn create_image(
         return Err(ApiError::invalid("size_bytes", "must not be negative"));
     }
     validate::sha256_hex("sha256", &i.sha256)?;
+    let layout = image_layout(std::path::PathBuf::from(&i.path)).await?;
+    if i64::try_from(layout.size).ok() != Some(i.size_bytes) {
+        return Err(ApiError::unprocessable(
+            "size_mismatch",
+            "size_bytes",
+            format!("the file is {} bytes, not {}", layout.size, i.size_bytes),
+        ));
+    }
     let image = state
         .store
-        .create_image(&i)
+        .create_image(&i, layout.seed_offset as i64, layout.seed_capacity as i64)
         .await
         .map_err(|e| conflict_code(e, "image_exists", "type"))?;
     Ok((StatusCode::CREATED, Json(image)))
+}
+
+/// The image's partition table, read off the runtime: each deployment's seed goes to partition 2, so an image
+/// without room for one is refused now rather than at its first deployment.
+async fn image_layout(path: std::path::PathBuf) -> Result<racklift_media::ImageLayout, ApiError> {
+    let read = tokio::task::spawn_blocking(move || {
+        let mut file = std::fs::File::open(&path)?;
+        Ok::<_, std::io::Error>(racklift_media::ImageLayout::read(&mut file))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    match read {
+        Ok(Ok(layout)) => Ok(layout),
+        Ok(Err(e)) => Err(ApiError::unprocessable(
+            "no_seed_partition",
+            "path",
+            format!("the image cannot carry an install seed: {e}"),
+        )),
+        Err(e) => Err(ApiError::unprocessable(
+            "image_unreadable",
+            "path",
+            format!("the image cannot be read: {e}"),
+        )),
+    }
 }
 
 // --- settings ---------------------------------------------------------------------------------------------------

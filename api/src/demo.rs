@@ -1,7 +1,7 @@
 //! The catalog `racklift up` and the end-to-end tests start from: servers for a rack of BMCs, a provisioning
 //! token with a public seed, a BIOS profile, a generated image, the public address, and an admin API token.
 
-use std::io::Write;
+use std::io::Seek;
 use std::path::{Path, PathBuf};
 
 use chrono::{Duration as TimeDelta, Utc};
@@ -34,17 +34,20 @@ pub struct DemoCatalog {
     pub image: Image,
 }
 
-/// Writes a deterministic image of `size` bytes (a pseudo-random stream, so ranges differ) and returns its
+/// Writes a deterministic image of `size` bytes laid out like an IncusOS install image (a GPT whose partition 2
+/// is where each deployment's seed goes; a pseudo-random stream elsewhere, so ranges differ) and returns its
 /// path and SHA-256.
 pub fn generate_image(dir: &Path, size: u64) -> std::io::Result<(PathBuf, String)> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join("incusos-demo.img");
-    let mut file = std::io::BufWriter::new(std::fs::File::create(&path)?);
-    let mut hasher = Sha256::new();
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut block = vec![0u8; 64 * 1024];
-    let mut left = size;
-    while left > 0 {
+    racklift_media::layout::write_demo_image(&mut file, size, |block| {
         for chunk in block.chunks_mut(8) {
             // xorshift64: fast, deterministic filler.
             state ^= state << 13;
@@ -53,14 +56,21 @@ pub fn generate_image(dir: &Path, size: u64) -> std::io::Result<(PathBuf, String
             let bytes = state.to_le_bytes();
             chunk.copy_from_slice(&bytes[..chunk.len()]);
         }
-        let n = left.min(block.len() as u64) as usize;
-        file.write_all(&block[..n])?;
-        hasher.update(&block[..n]);
-        left -= n as u64;
-    }
-    file.flush()?;
+    })?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher)?;
     let sha = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
     Ok((path, sha))
+}
+
+/// Why the demo catalog could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the demo image")]
+    Image(#[from] racklift_media::LayoutError),
 }
 
 /// Creates the catalog for `servers`. `password_ref` is how every BMC's password is found (`file:NAME`, a name in
@@ -72,7 +82,7 @@ pub async fn seed_catalog(
     password_ref: &str,
     public_address: &str,
     image: (&Path, u64, &str),
-) -> Result<DemoCatalog, StoreError> {
+) -> Result<DemoCatalog, DemoError> {
     for s in servers {
         let created = store
             .create_server(&NewServer {
@@ -105,7 +115,7 @@ pub async fn seed_catalog(
                     )
                     .await?;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
     let token = store
@@ -143,7 +153,13 @@ pub async fn seed_catalog(
         size_bytes: size as i64,
         sha256: sha256.to_owned(),
     };
-    let image = match store.create_image(&new_image).await {
+    let layout = std::fs::File::open(path)
+        .map_err(racklift_media::LayoutError::Io)
+        .and_then(|mut f| racklift_media::ImageLayout::read(&mut f))?;
+    let image = match store
+        .create_image(&new_image, layout.seed_offset as i64, layout.seed_capacity as i64)
+        .await
+    {
         Ok(image) => image,
         Err(StoreError::Conflict { name, .. }) => store
             .images()
@@ -155,7 +171,7 @@ pub async fn seed_catalog(
                     && i.channel == new_image.channel
             })
             .ok_or(StoreError::NotFound { what: "image", name })?,
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     store.put_setting(PUBLIC_ADDRESS, &json!(public_address)).await?;
     let admin_token = racklift_store::new_secret();

@@ -258,12 +258,13 @@ async fn deploy(
 
     let media_secret = racklift_store::new_secret();
     let force_reboot = seed.force_reboot();
-    let registration_url = format!("{public_address}/1.0/provisioning/servers");
+    // What the server learns at install time travels in the media itself: the seed laid over partition 2.
+    let seeded = crate::seeding::for_deployment(&seed, &image, &public_address, None)?;
     let plan = Plan {
         image_url: format!(
-            "{public_address}/media/{media_secret}/{}?token={token_id}&registration_url={}&force_reboot={force_reboot}",
+            "{}/media/{media_secret}/{}",
+            public_address.trim_end_matches('/'),
             state.config.media.file_name,
-            query_escape(&registration_url),
         ),
         image_size_bytes: u64::try_from(image.size_bytes).ok(),
         force: req.force && !force_reboot,
@@ -282,6 +283,9 @@ async fn deploy(
         media_slot: Some(Value::String(slot.slot.to_string())),
         idempotency_key: key,
         requested_by: caller.name().to_owned(),
+        seed_archive: seeded.archive.bytes,
+        registration_token: seeded.registration_token,
+        expected_hostname: seeded.expected_hostname,
     };
     let (record, created) = state
         .store
@@ -327,6 +331,17 @@ fn select_image(images: Vec<Image>, req: &DeployRequest) -> Result<Image, ApiErr
                 "image_type",
                 "no image matches the requested type, architecture and channel",
             )
+        })
+        .and_then(|i| {
+            // Registered before the catalog read partition tables: where its seed goes is unknown.
+            if i.seed_offset.is_none() {
+                return Err(ApiError::unprocessable(
+                    "image_without_seed_partition",
+                    "image_type",
+                    format!("image {} was registered without its seed partition; register it again", i.id),
+                ));
+            }
+            Ok(i)
         })
 }
 
@@ -479,19 +494,6 @@ async fn select_slot(state: &AppState, server: &Server, device: Option<&str>) ->
             .ok_or_else(no_media),
         Err(e) => Err(bmc_error(e)),
     }
-}
-
-/// Percent-encodes a query value (everything but RFC 3986 unreserved characters).
-fn query_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 async fn cancel(

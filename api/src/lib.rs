@@ -15,6 +15,7 @@ mod metrics;
 pub mod openapi;
 mod registration;
 mod routes;
+mod seeding;
 mod servers;
 mod triage;
 mod triage_actions;

@@ -2,6 +2,10 @@
 //! BMCs read virtual media block by block. Every byte actually sent is recorded per deployment and client
 //! address: the install-idle signal of a `force` deployment is computed from those distinct bytes.
 //!
+//! What is served is the composed image: the catalog image with the deployment's seed archive laid over the start
+//! of partition 2 (`racklift_media`), every other byte as the file holds it. No per-deployment copy is made; the
+//! ETag names the image's and the seed's digests, so it is stable for one deployment and differs between two.
+//!
 //! No bearer auth: a BMC cannot send one. The 256-bit secret in the path is the credential.
 
 use std::collections::HashMap;
@@ -18,6 +22,7 @@ use axum::http::{Extensions, HeaderMap, HeaderValue, Method, StatusCode, header}
 use axum::response::{IntoResponse, Response};
 use futures::stream::{self, BoxStream, StreamExt};
 use http_range_header::RangeUnsatisfiableError;
+use racklift_media::{Overlay, SeedArchive};
 use racklift_store::{MediaRead, Store, StoreError};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
@@ -120,6 +125,7 @@ fn file_part(
     path: std::path::PathBuf,
     start: u64,
     len: u64,
+    overlay: Arc<Overlay>,
     recorder: Recorder,
     deployment_id: i64,
     source: String,
@@ -133,18 +139,26 @@ fn file_part(
         Ok(reader) => {
             let recorder = recorder.clone();
             let source = source.clone();
+            let overlay = overlay.clone();
             let mut offset = start;
             ReaderStream::with_capacity(reader, 64 * 1024)
                 .map(move |chunk| {
-                    if let Ok(c) = &chunk {
-                        racklift_metrics::global()
-                            .media_bytes_served
-                            .inc_by(c.len() as u64);
-                        let end = offset + c.len() as u64;
-                        recorder.record(deployment_id, &source, offset, end);
-                        offset = end;
-                    }
-                    chunk
+                    let Ok(c) = chunk else { return chunk };
+                    racklift_metrics::global()
+                        .media_bytes_served
+                        .inc_by(c.len() as u64);
+                    let end = offset + c.len() as u64;
+                    recorder.record(deployment_id, &source, offset, end);
+                    // Only the chunks over the seed are copied; every other byte goes out as read.
+                    let c = if overlay.touches(offset, end) {
+                        let mut patched = c.to_vec();
+                        overlay.apply(offset, &mut patched);
+                        Bytes::from(patched)
+                    } else {
+                        c
+                    };
+                    offset = end;
+                    Ok(c)
                 })
                 .boxed()
         }
@@ -221,6 +235,17 @@ pub async fn serve_media(
             "image not a regular file inside the images directory; not served");
         return Err(not_found());
     };
+    let (Some(seed_offset), Some(seed)) = (target.seed_offset, target.seed_archive) else {
+        // Made before media carried seeds: a server installing from it would never register.
+        tracing::error!(deployment_id = target.deployment_id, "deployment has no seed; media not served");
+        return Err(not_found());
+    };
+    let seed = SeedArchive::new(seed);
+    let etag = racklift_media::compose::etag(&target.image_sha256, &seed);
+    let overlay = Arc::new(Overlay {
+        offset: u64::try_from(seed_offset).unwrap_or(u64::MAX),
+        bytes: seed.bytes.into(),
+    });
     let size = tokio::fs::metadata(&path)
         .await
         .map_err(|e| {
@@ -261,12 +286,15 @@ pub async fn serve_media(
             path.clone(),
             start,
             len,
+            overlay.clone(),
             state.media_reads.clone(),
             target.deployment_id,
             source.clone(),
         )
     };
-    let mut builder = Response::builder().header(header::ACCEPT_RANGES, "bytes");
+    let mut builder = Response::builder()
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::ETAG, header_value(&etag));
     let (status, length, body) = match ranges.as_deref() {
         None => {
             builder = builder.header(header::CONTENT_TYPE, "application/octet-stream");

@@ -1,80 +1,100 @@
-//! `POST /1.0/provisioning/servers?token=UUID`: the installed OS announces itself. Authenticated by the
-//! provisioning token alone (the OS has no API token), which is why it is exempt from bearer auth.
+//! `POST /1.0/provisioning/servers?token=…`: the installed IncusOS registers, as its `operations-center`
+//! provider does (`incus-osd/internal/providers/provider_operations_center.go`): the body is its hostname and
+//! the address of its Incus API, the token is the one its seed's provider.yaml carried, and only an Incus
+//! response envelope counts as an answer. No bearer auth: the per-deployment token is the credential, and it
+//! completes that deployment and no other, once.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use racklift_store::{RegistrationRefused, RegistrationRequest};
 use serde::Deserialize;
-use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
-use uuid::Uuid;
 
 use crate::AppState;
 use crate::error::{ActionBody, ApiError, ErrorBody, Params};
-use crate::validate;
-use crate::views::Registered;
+use crate::views::{ErrorDetailMetadata, Registered, RegistrationError};
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct RegisterQuery {
-    /// The provisioning token the server was deployed with.
-    #[param(value_type = Option<Uuid>)]
+    /// The registration token from the server's seed (provider.yaml's `server_token`).
+    #[param(pattern = "^[0-9a-f]{64}$")]
     token: Option<String>,
 }
 
-/// What the installed OS sends: its name, and whatever else it reports (kept as the registration record).
+/// What IncusOS sends.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Registration {
-    #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$", example = "rack1-node07")]
+    /// The server's hostname (its network config's, else its product UUID).
+    #[schema(min_length = 1, max_length = 253, example = "4c4c4544-0042-3510-8052-b4c04f4e4d32")]
     name: String,
-    /// The token, when not in the query.
-    #[schema(value_type = Option<Uuid>)]
-    token: Option<String>,
-    #[serde(flatten)]
-    #[schema(value_type = Object)]
-    details: Map<String, Value>,
+    /// Where its Incus API answers.
+    #[schema(example = "https://10.0.3.17:8443", min_length = 1, max_length = 2048)]
+    connection_url: String,
 }
 
-/// Registration callback of the installed OS.
+/// Registration callback of the installed IncusOS.
 #[utoipa::path(post, path = "/1.0/provisioning/servers", tag = "provisioning",
     params(RegisterQuery),
     request_body = Registration,
     responses(
-        (status = 200, description = "Registered", body = Registered),
+        (status = 200, description = "Registered: racklift's client certificate in the envelope", body = Registered),
         (status = 400, description = "The body or a field is malformed", body = ErrorBody),
-        (status = 403, description = "Unknown, spent or expired provisioning token", body = ErrorBody),
+        (status = 403, description = "Unknown or replayed token, a finished deployment, a hostname the seed did \
+            not name, or a spent provisioning token", body = RegistrationError),
         (status = 422, description = "A text holds a character the database cannot store", body = ErrorBody)))]
 pub async fn register(
     State(state): State<AppState>,
     Params(q): Params<RegisterQuery>,
     ActionBody(r): ActionBody<Registration>,
-) -> Result<Json<Registered>, ApiError> {
-    validate::name("name", &r.name)?;
-    let invalid_token = || {
-        ApiError::new(
-            StatusCode::FORBIDDEN,
-            "invalid_token",
-            "unknown, spent or expired provisioning token",
-        )
-        .field("token")
-    };
-    let token_text = q.token.or(r.token).ok_or_else(invalid_token)?;
-    let token: Uuid = token_text.parse().map_err(|_| invalid_token())?;
-    // The registration record is shown to viewers; the provisioning token is a credential, so it is not kept.
-    let mut details = r.details;
-    details.insert("name".to_owned(), Value::String(r.name.clone()));
-    match state
-        .store
-        .register_server(&state.queue, token, &r.name, &Value::Object(details))
-        .await?
-    {
-        Some(server) => {
-            tracing::info!(server = %server, "server registered");
-            Ok(Json(Registered {
-                name: server,
-                registered: true,
-            }))
-        }
-        None => Err(invalid_token()),
+) -> Result<Response, ApiError> {
+    if r.name.is_empty() || r.name.len() > 253 {
+        return Err(ApiError::invalid("name", "must be 1 to 253 characters"));
     }
+    if r.connection_url.is_empty() || r.connection_url.len() > 2048 {
+        return Err(ApiError::invalid("connection_url", "must be 1 to 2048 characters"));
+    }
+    let Some(token) = q.token.filter(|t| !t.is_empty()) else {
+        return Ok(refused(&RegistrationRefused::UnknownToken));
+    };
+    let request = RegistrationRequest {
+        name: &r.name,
+        connection_url: &r.connection_url,
+    };
+    match state.store.register_deployment(&state.queue, &token, &request).await? {
+        Ok(done) => {
+            tracing::info!(server = %done.server, deployment_id = done.deployment_id,
+                connection_url = %r.connection_url, "server registered");
+            // racklift's client identity is not issued yet: an empty certificate is one IncusOS skips.
+            Ok(Json(Registered::new(String::new())).into_response())
+        }
+        Err(why) => {
+            tracing::warn!(server = why.server(), code = why.code(), reason = %why, name = %r.name,
+                "registration refused");
+            Ok(refused(&why))
+        }
+    }
+}
+
+fn refused(why: &RegistrationRefused) -> Response {
+    let body = RegistrationError {
+        r#type: "error",
+        status: "",
+        status_code: 0,
+        operation: "",
+        error_code: 403,
+        error: why.to_string(),
+        metadata: ErrorDetailMetadata {
+            code: why.code(),
+            field: if matches!(why, RegistrationRefused::WrongName { .. }) {
+                "name"
+            } else {
+                "token"
+            },
+        },
+    };
+    (StatusCode::FORBIDDEN, Json(body)).into_response()
 }

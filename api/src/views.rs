@@ -170,9 +170,60 @@ pub struct BmcActionAccepted {
     pub action: BmcAction,
 }
 
-/// The answer to a registration.
+/// The answer IncusOS's `operations-center` provider accepts: an Incus response envelope, `type` `sync` and
+/// `status_code` 200, whose metadata carries the client certificate the manager will call the server's Incus API
+/// with (IncusOS adds it to Incus's trusted certificates; an empty one is skipped).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Registered {
-    pub name: String,
-    pub registered: bool,
+    #[schema(example = "sync")]
+    pub r#type: &'static str,
+    #[schema(example = "Success")]
+    pub status: &'static str,
+    #[schema(example = 200)]
+    pub status_code: u16,
+    pub operation: &'static str,
+    pub error_code: u16,
+    pub error: &'static str,
+    pub metadata: RegisteredMetadata,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RegisteredMetadata {
+    /// PEM of racklift's client certificate.
+    pub certificate: String,
+}
+
+impl Registered {
+    pub fn new(certificate: String) -> Registered {
+        Registered {
+            r#type: "sync",
+            status: "Success",
+            status_code: 200,
+            operation: "",
+            error_code: 0,
+            error: "",
+            metadata: RegisteredMetadata { certificate },
+        }
+    }
+}
+
+/// A refused registration as an Incus error envelope (what IncusOS reads the reason from), with racklift's
+/// code and field in the metadata.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RegistrationError {
+    #[schema(example = "error")]
+    pub r#type: &'static str,
+    pub status: &'static str,
+    pub status_code: u16,
+    pub operation: &'static str,
+    #[schema(example = 403)]
+    pub error_code: u16,
+    pub error: String,
+    pub metadata: ErrorDetailMetadata,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetailMetadata {
+    pub code: &'static str,
+    pub field: &'static str,
 }

@@ -77,18 +77,20 @@ const EFI_SYSTEM: [u8; 16] = [
 ];
 
 /// Writes a disk image laid out like an IncusOS install image, for demos, tests and benchmarks: a protective
-/// MBR, a GPT with partition 1 (ESP, 1/8 of the disk), partition 2 (the seed partition, 2 MiB, zeroed) and
-/// partition 3 (the rest), the bytes outside the partition table from `fill`. `size` is rounded down to whole
-/// 512-byte sectors and must leave room for all three (at least 8 MiB).
+/// MBR, a GPT with partition 1 (ESP, 1/8 of the disk), partition 2 (the seed partition, [`MAX_SEED_BYTES`],
+/// zeroed) and partition 3 (the rest), every other byte from `fill`. `size` must leave room for all three (at
+/// least 2 MiB).
 pub fn write_demo_image<W: Read + Write + Seek>(
     out: &mut W,
     size: u64,
     mut fill: impl FnMut(&mut [u8]),
 ) -> std::io::Result<ImageLayout> {
     const SECTOR: u64 = 512;
-    let size = size / SECTOR * SECTOR;
-    if size < 8 << 20 {
-        return Err(std::io::Error::other("a demo image needs at least 8 MiB"));
+    /// Partitions start on 4 KiB boundaries (what 4Kn disks and most tools want), not the usual 1 MiB, so a
+    /// small test image still has room.
+    const ALIGN: u64 = 8;
+    if size < 2 << 20 {
+        return Err(std::io::Error::other("a demo image needs at least 2 MiB"));
     }
     // The payload first, so the table written afterwards is not overwritten.
     out.seek(SeekFrom::Start(0))?;
@@ -101,10 +103,9 @@ pub fn write_demo_image<W: Read + Write + Seek>(
         written += n as u64;
     }
     let mut gpt = gptman::GPT::new_from(out, SECTOR, *b"racklift-demo-im").map_err(std::io::Error::other)?;
-    let first = gpt.header.first_usable_lba.next_multiple_of(2048);
-    let esp_end = first + (size / SECTOR) / 8;
-    let seed_start = esp_end.next_multiple_of(2048);
-    let seed_end = seed_start + (2 << 20) / SECTOR - 1;
+    let first = gpt.header.first_usable_lba.next_multiple_of(ALIGN);
+    let esp_end = first + (size / SECTOR / 8).next_multiple_of(ALIGN);
+    let seed_end = esp_end + MAX_SEED_BYTES / SECTOR;
     let entry = |type_guid: [u8; 16], id: u8, start: u64, end: u64, name: &str| gptman::GPTPartitionEntry {
         partition_type_guid: type_guid,
         unique_partition_guid: [id; 16],
@@ -114,13 +115,13 @@ pub fn write_demo_image<W: Read + Write + Seek>(
         partition_name: name.into(),
     };
     gpt[1] = entry(EFI_SYSTEM, 1, first, esp_end - 1, "esp");
-    gpt[2] = entry(LINUX_DATA, 2, seed_start, seed_end, "seed-data");
-    gpt[3] = entry(LINUX_DATA, 3, seed_end + 1, gpt.header.last_usable_lba, "root");
+    gpt[2] = entry(LINUX_DATA, 2, esp_end, seed_end - 1, "seed-data");
+    gpt[3] = entry(LINUX_DATA, 3, seed_end, gpt.header.last_usable_lba, "root");
     gptman::GPT::write_protective_mbr_into(out, SECTOR).map_err(std::io::Error::other)?;
     gpt.write_into(out).map_err(std::io::Error::other)?;
     // The seed partition of a fresh image holds no seed.
-    out.seek(SeekFrom::Start(seed_start * SECTOR))?;
-    out.write_all(&vec![0u8; (seed_end + 1 - seed_start) as usize * SECTOR as usize])?;
+    out.seek(SeekFrom::Start(esp_end * SECTOR))?;
+    out.write_all(&vec![0u8; MAX_SEED_BYTES as usize])?;
     out.flush()?;
     ImageLayout::read(out).map_err(std::io::Error::other)
 }
@@ -134,9 +135,9 @@ mod tests {
     #[test]
     fn a_demo_image_has_a_seed_partition_the_reader_finds() {
         let mut disk = Cursor::new(Vec::new());
-        let layout = write_demo_image(&mut disk, 16 << 20, |b| b.fill(0xAB)).expect("image");
-        assert_eq!(layout.size, 16 << 20);
-        assert_eq!(layout.seed_capacity, 2 << 20);
+        let layout = write_demo_image(&mut disk, (3 << 20) + 17, |b| b.fill(0xAB)).expect("image");
+        assert_eq!(layout.size, (3 << 20) + 17);
+        assert_eq!(layout.seed_capacity, MAX_SEED_BYTES);
         assert_eq!(layout.seed_offset % 4096, 0);
         let bytes = disk.into_inner();
         // Outside the table and the seed partition, the payload is what `fill` gave.

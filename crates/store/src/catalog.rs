@@ -97,10 +97,67 @@ pub struct NewSeed {
     pub name: String,
     #[serde(default)]
     pub public: bool,
-    /// A JSON object; `force_reboot` (boolean) makes the server reboot on its own at the end of install stage 1.
+    /// What the server's install seed says beyond what racklift fills in (IncusOS's `install.yaml` settings, its
+    /// network config and Incus's preseed); `force_reboot` makes the server reboot on its own at the end of
+    /// install stage 1.
+    #[serde(default)]
+    #[schema(value_type = Option<InstallConfig>)]
+    pub install_config: Value,
+}
+
+/// The schema of a seed's `install_config` (checked against `racklift_media::seed::SeedConfig`).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct InstallConfig {
+    /// Reboot when the install is done instead of waiting for the media to be removed.
+    #[serde(default)]
+    force_reboot: bool,
+    /// Install over existing partitions of the target disk.
+    #[serde(default)]
+    force_install: bool,
+    /// Which disk to install to when there is more than one.
+    #[serde(default)]
+    target: Option<InstallTargetSchema>,
+    /// Let IncusOS run without a TPM or secure boot.
+    #[serde(default)]
+    security: Option<InstallSecuritySchema>,
+    /// IncusOS's network configuration; absent, every interface is configured by DHCP/SLAAC.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
-    pub install_config: Value,
+    network: Option<Value>,
+    /// Incus's `InitPreseed`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    incus_preseed: Option<Value>,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+#[schema(as = InstallTarget)]
+pub struct InstallTargetSchema {
+    #[serde(default)]
+    bus: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    max_size: Option<String>,
+    #[serde(default)]
+    min_size: Option<String>,
+    #[serde(default)]
+    sort_order: Option<String>,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+#[schema(as = InstallSecurity)]
+pub struct InstallSecuritySchema {
+    #[serde(default)]
+    missing_tpm: bool,
+    #[serde(default)]
+    missing_secure_boot: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -202,6 +259,11 @@ pub struct Image {
     pub path: String,
     pub size_bytes: i64,
     pub sha256: String,
+    /// Byte offset of partition 2, where each deployment's seed is laid over the image; `null` for an image
+    /// registered before seeds were (register it again to deploy it).
+    pub seed_offset: Option<i64>,
+    /// Bytes partition 2 holds.
+    pub seed_capacity: Option<i64>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -495,11 +557,14 @@ impl Store {
 
     // --- images -----------------------------------------------------------------------------------------------
 
-    pub async fn create_image(&self, i: &NewImage) -> Result<Image, StoreError> {
+    /// Registers an image whose partition 2 (read from its partition table by the caller) starts at
+    /// `seed_offset` and holds `seed_capacity` bytes.
+    pub async fn create_image(&self, i: &NewImage, seed_offset: i64, seed_capacity: i64) -> Result<Image, StoreError> {
         let name = format!("{}/{}/{}", i.image_type, i.architecture, i.channel);
         sqlx::query_as(
-            "INSERT INTO images (type, architecture, channel, path, size_bytes, sha256) VALUES ($1, $2, $3, $4, $5, $6) \
-             RETURNING id, type, architecture, channel, path, size_bytes, sha256, created_at",
+            "INSERT INTO images (type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             RETURNING id, type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, created_at",
         )
         .bind(&i.image_type)
         .bind(&i.architecture)
@@ -507,6 +572,8 @@ impl Store {
         .bind(&i.path)
         .bind(i.size_bytes)
         .bind(&i.sha256)
+        .bind(seed_offset)
+        .bind(seed_capacity)
         .fetch_one(&self.pool)
         .await
         .map_err(StoreError::on_unique("image", &name))
@@ -514,7 +581,7 @@ impl Store {
 
     pub async fn images(&self) -> Result<Vec<Image>, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT id, type, architecture, channel, path, size_bytes, sha256, created_at FROM images ORDER BY id",
+            "SELECT id, type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, created_at FROM images ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?)
@@ -522,7 +589,7 @@ impl Store {
 
     pub async fn image(&self, id: i64) -> Result<Image, StoreError> {
         let row: Option<Image> = sqlx::query_as(
-            "SELECT id, type, architecture, channel, path, size_bytes, sha256, created_at FROM images WHERE id = $1",
+            "SELECT id, type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, created_at FROM images WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)

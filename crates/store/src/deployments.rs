@@ -106,6 +106,12 @@ pub struct NewDeployment {
     pub media_slot: Option<Value>,
     pub idempotency_key: Option<String>,
     pub requested_by: String,
+    /// The seed archive laid over the image's partition 2 for this deployment.
+    pub seed_archive: Vec<u8>,
+    /// The token in the seed's provider.yaml: registers this deployment and no other.
+    pub registration_token: String,
+    /// The hostname the installed server will register with, when it can be told in advance.
+    pub expected_hostname: Option<String>,
 }
 
 /// The job kind every deployment step runs as.
@@ -166,7 +172,8 @@ impl Store {
         // `deployments_idempotency`) to commit, then lets this transaction read what it made.
         let inserted: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO deployments (server, media_secret, image_id, token, seed, plan, media_slot, machine, state, \
-             seq, idempotency_key, requested_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             seq, idempotency_key, requested_by, seed_archive, registration_token, expected_hostname) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
         )))
         .bind(&new.server)
@@ -181,6 +188,9 @@ impl Store {
         .bind(new.deployment.machine.seq as i64)
         .bind(&new.idempotency_key)
         .bind(&new.requested_by)
+        .bind(&new.seed_archive)
+        .bind(&new.registration_token)
+        .bind(&new.expected_hostname)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = inserted else {
@@ -276,49 +286,6 @@ impl Store {
         let record = request_cancel_in(&mut tx, queue, server, skip_cleanup, reason, by).await?;
         tx.commit().await?;
         Ok(record)
-    }
-
-    /// Marks the server registered through its provisioning token (consuming one use) and wakes its deployment's
-    /// waiting step at once. Returns the server name, or `None` when the token is unknown, spent or expired.
-    pub async fn register_server(
-        &self,
-        queue: &Queue,
-        token: Uuid,
-        name: &str,
-        details: &Value,
-    ) -> Result<Option<String>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let used = sqlx::query(
-            "UPDATE provisioning_tokens SET uses_remaining = uses_remaining - 1 \
-             WHERE token = $1 AND uses_remaining > 0 AND expires_at > now()",
-        )
-        .bind(token)
-        .execute(&mut *tx)
-        .await?;
-        if used.rows_affected() != 1 {
-            return Ok(None);
-        }
-        let updated = sqlx::query(
-            "UPDATE servers SET registered_at = now(), registration = $2, \
-             status = CASE WHEN status = 'deploying' THEN status ELSE 'registered' END, \
-             status_detail = 'registered', updated_at = now() WHERE name = $1",
-        )
-        .bind(name)
-        .bind(details)
-        .execute(&mut *tx)
-        .await?;
-        if updated.rows_affected() != 1 {
-            return Ok(None);
-        }
-        let deployment: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM deployments WHERE server = $1 AND finished_at IS NULL")
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?;
-        crate::events::insert(&mut *tx, name, deployment, "registered", None, details).await?;
-        wake_step(queue, &mut tx, name, false).await?;
-        tx.commit().await?;
-        Ok(Some(name.to_owned()))
     }
 
     /// Persists a worker's decision: the machine (fenced on the `seq` it read), the facts it saw, and, in the same
@@ -474,7 +441,7 @@ pub(crate) async fn lock_deployment(tx: &mut PgConnection, id: i64) -> Result<De
 }
 
 /// Finds the server's live step job and makes it due now; with `revoke`, also takes the lease from its holder.
-async fn wake_step(
+pub(crate) async fn wake_step(
     queue: &Queue,
     tx: &mut PgConnection,
     server: &str,

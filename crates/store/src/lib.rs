@@ -10,6 +10,7 @@ mod deployments;
 mod error;
 mod events;
 mod media;
+mod registration;
 mod servers;
 mod triage;
 mod ui_sessions;
@@ -23,6 +24,7 @@ pub use deployments::{DeploymentRecord, NewDeployment, STEP_KIND, queue_error, s
 pub use error::StoreError;
 pub use events::Event;
 pub use media::{ApiFacts, MediaRead, MediaTarget};
+pub use registration::{Registered, RegistrationRefused, RegistrationRequest};
 pub use servers::{NewServer, Server, ServerStatus, ServerUpdate, advance_fence};
 pub use triage::actions::{Canceled, Retried, TriageError};
 pub use triage::bulk::{BulkRetry, Skipped};
