@@ -20,15 +20,14 @@ use crate::routes::RouteTable;
 pub struct Shared {
     pub clock: Clock,
     pub timings: Timings,
-    /// Client the machines read media and call registration URLs with.
+    /// Client the machines read media with (registration has a TLS client of its own per server).
     pub http: reqwest::Client,
     /// The exact `Authorization` header value accepted.
     pub basic_auth: String,
     pub username: String,
     pub password: String,
-    /// `http(s)://addr`, for absolute URLs (Incus API in the registration callback).
+    /// `http(s)://addr`, for absolute URLs (the Incus API's `connection_url` in the registration).
     pub base_url: String,
-    pub registration_url: Option<String>,
 }
 
 /// When a task completes.

@@ -104,6 +104,9 @@ pub struct Timings {
     pub install: Duration,
     /// `OSRunning` to the registration callback.
     pub registration_delay: Duration,
+    /// A failed registration to the next one: the IncusOS daemon exits and systemd starts it again, which runs
+    /// its start-up (network, update check, applications) before registering.
+    pub daemon_restart: Duration,
     /// How long a Dell-like BMC keeps reporting `Inserted` after an eject.
     pub stale_inserted_after_eject: Duration,
     /// How long a time-based task (secure-boot reset) stays running.
@@ -123,6 +126,7 @@ impl Default for Timings {
             os_boot: Duration::from_secs(20),
             install: Duration::from_secs(25 * 60),
             registration_delay: Duration::from_secs(30),
+            daemon_restart: Duration::from_secs(15),
             stale_inserted_after_eject: Duration::from_secs(10),
             task: Duration::from_secs(10),
             power_on_conflict_window: Duration::from_secs(60),
@@ -152,8 +156,6 @@ pub struct SimConfig {
     pub name_prefix: String,
     /// Nominal machine timings.
     pub timings: Timings,
-    /// Default registration callback URL for every server (overridable per server).
-    pub registration_url: Option<String>,
 }
 
 impl SimConfig {
@@ -169,7 +171,6 @@ impl SimConfig {
             password: "password".to_owned(),
             name_prefix: "sim".to_owned(),
             timings: Timings::default(),
-            registration_url: None,
         }
     }
 

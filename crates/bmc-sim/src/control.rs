@@ -1,5 +1,6 @@
 //! Sim-only control endpoints (no auth): list servers, read a machine's truth and audit, set
-//! faults and install settings, reset a BMC, publish an OS update.
+//! faults, reset a BMC, publish an OS update. What a server installs and whom it registers with come from the
+//! seed inside its install media only, as on a real server: there is no endpoint for them.
 //!
 //! | Method | Path | Body / answer |
 //! |---|---|---|
@@ -8,7 +9,6 @@
 //! | GET | `/control/servers/<name>/truth` | power, boot progress, installed, registered, media bytes read, boot count, … |
 //! | GET, DELETE | `/control/servers/<name>/audit` | [`AuditReport`](crate::AuditReport); DELETE resets it |
 //! | GET, PUT, DELETE | `/control/servers/<name>/faults` | [`Faults`] (PUT replaces, DELETE clears) |
-//! | GET, PUT | `/control/servers/<name>/install` | [`InstallConfig`] |
 //! | POST | `/control/servers/<name>/bmc-reset` | forget task monitors and sessions |
 //! | POST | `/control/servers/<name>/os-update` | `{"version": "…"}`: publish an IncusOS update |
 
@@ -22,7 +22,6 @@ use serde_json::{Value, json};
 
 use crate::bmc::Bmc;
 use crate::faults::Faults;
-use crate::machine::InstallConfig;
 use crate::reply;
 use crate::server::Fleet;
 
@@ -111,14 +110,6 @@ fn server(fleet: &Fleet, bmc: &Arc<Bmc>, method: &Method, tail: &[&str], body: &
             *bmc.faults() = Faults::default();
             reply::no_content()
         }
-        (&Method::GET, ["install"]) => reply::ok(&json!(bmc.machine().install)),
-        (&Method::PUT | &Method::POST, ["install"]) => match parse::<InstallConfig>(body) {
-            Ok(c) => {
-                bmc.machine().install = c;
-                reply::no_content()
-            }
-            Err(r) => r,
-        },
         (&Method::POST, ["bmc-reset"]) => {
             bmc.reset_bmc();
             reply::no_content()

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use crate::bmc::Bmc;
 use crate::clock::Stopped;
-use crate::install;
 use crate::machine::{BootDevice, Machine, OsPhase, POST_STATES, Power};
+use crate::{install, os};
 
 /// Why a boot task stopped early.
 pub enum Halt {
@@ -144,12 +144,8 @@ async fn boot(bmc: &Arc<Bmc>, generation: u64, powering_on: bool) -> Result<(), 
             BootDevice::Disk => {
                 current(bmc, generation)?.phase = OsPhase::OsBooting;
                 clock.sleep(t.os_boot).await?;
-                {
-                    let mut m = current(bmc, generation)?;
-                    m.set_boot_state("OSRunning", clock.now());
-                    m.phase = OsPhase::OsRunning;
-                }
-                install::register(bmc, generation).await?;
+                current(bmc, generation)?.set_boot_state("OSRunning", clock.now());
+                os::start(bmc, generation).await?;
                 return Ok(());
             }
         }

@@ -1,31 +1,54 @@
-//! The IncusOS installer and the registration callback.
+//! The IncusOS installer booted from virtual media.
 //!
-//! The installer reads the attached media over HTTP with `Range` requests, the way the BMC
-//! would pass the host's reads through: boot reads at the start and the end of the image, then
-//! the bulk (early in the install for most BMCs, spread over the whole install for a
-//! Lenovo-like one). An Upload BMC already copied the image at insert and reads nothing more.
-//! At the end of stage 1 it reboots (seed with `force_reboot`) or waits for the media to be
-//! ejected; the installed OS then calls the registration URL with its token.
+//! The installer reads the attached media over HTTP with `Range` requests, the way the BMC would pass the host's
+//! reads through: boot reads at the start and the end of the image, then the bulk (early in the install for most
+//! BMCs, spread over the whole install for a Lenovo-like one). An Upload BMC copied the image at insert and
+//! reads nothing more; it keeps from its copy what the installer needs to find the seed ([`CachedCopy`]).
+//!
+//! What it does is decided by the seed, read as IncusOS reads it (`incus-osd/internal/seed`,
+//! `internal/install`): the GPT from the boot read gives partition 2, the start of partition 2 is read through
+//! the same media URL and holds the seed's tar archive ([`crate::seed`]).
+//!
+//! - No seed data or no `install` file: the live image runs and never installs
+//!   ([`OsPhase::LiveWithoutInstallSeed`]); IncusOS reports "unable to begin install without seed
+//!   configuration" on read-only media and waits.
+//! - No partition 2, an unreadable archive or an `install` file that does not decode: the install fails with
+//!   the reason ([`OsPhase::InstallFailed`]).
+//! - Otherwise it installs to the machine's one disk (`target.id` must match it; a disk already installed needs
+//!   `force_install`), copies the seed without `install.*` onto it, and at the end of stage 1 reboots
+//!   (`force_reboot`) or waits for the media to be ejected.
 
-use std::time::Duration;
+use std::ops::Range;
 
 use reqwest::header::{CONTENT_RANGE, RANGE};
-use serde_json::json;
 
 use crate::bmc::Bmc;
 use crate::driver::{AfterInstall, Halt, current};
 use crate::machine::OsPhase;
 use crate::profile::MediaRead;
+use crate::seed::{self, Install, SEED_READ_BYTES, SeedError, SeedFiles};
 
 /// Size of one bulk read.
 const CHUNK: u64 = 1 << 20;
-/// Size of the boot reads at the start and the end of the image.
+/// Size of the boot reads at the start and the end of the image (the GPT is within the first).
 const BOOT_READ: u64 = 64 << 10;
 /// Slices the idle part of an install is checked in (media removed while still read from breaks it).
 const IDLE_SLICES: u32 = 10;
+/// What IncusOS shows when it boots from read-only media without an install seed (`CheckSystemRequirements`).
+const NO_INSTALL_SEED: &str = "unable to begin install without seed configuration";
 
-/// Read `[start, end]` of `url`. Returns the bytes received and the total size if known.
-async fn read_range(bmc: &Bmc, url: &str, start: u64, end: u64) -> Result<(u64, Option<u64>), String> {
+/// What an Upload BMC keeps of the image it copied at insert: its size, its first bytes (the GPT) and the start
+/// of partition 2 (the seed). Not the whole image: a fleet of simulated BMCs holds no multi-GB copies.
+#[derive(Clone, Debug, Default)]
+pub struct CachedCopy {
+    pub size: u64,
+    head: Vec<u8>,
+    /// The start of partition 2 and the bytes copied from there, when the GPT has one.
+    seed_area: Option<(u64, Vec<u8>)>,
+}
+
+/// `[start, end]` of `url`: the bytes received and the total size if known.
+async fn read_range(bmc: &Bmc, url: &str, start: u64, end: u64) -> Result<(Vec<u8>, Option<u64>), String> {
     let resp = bmc
         .shared
         .http
@@ -50,30 +73,45 @@ async fn read_range(bmc: &Bmc, url: &str, start: u64, end: u64) -> Result<(u64, 
     let mut m = bmc.machine();
     m.counters.media_range_requests += 1;
     m.counters.media_bytes_read += len;
-    Ok((len, total))
+    Ok((body.to_vec(), total))
 }
 
-/// Copy the whole image (an Upload BMC's InsertMedia). Returns its size.
-pub async fn upload(bmc: &Bmc, url: &str) -> Result<u64, String> {
+/// The part of partition 2 the installer reads for the seed.
+fn seed_window(partition: &Range<u64>) -> Range<u64> {
+    partition.start..partition.end.min(partition.start + SEED_READ_BYTES)
+}
+
+/// Copy the whole image (an Upload BMC's InsertMedia), keeping what the seed needs.
+pub async fn upload(bmc: &Bmc, url: &str) -> Result<CachedCopy, String> {
     let (first, total) = read_range(bmc, url, 0, CHUNK - 1).await?;
-    let total = total.unwrap_or(first);
-    let mut offset = first;
+    let total = total.unwrap_or(first.len() as u64);
+    let head = first[..first.len().min(BOOT_READ as usize)].to_vec();
+    let window = seed::partition2(&head).ok().map(|p| seed_window(&p));
+    let mut seed_area = window.as_ref().map(|w| (w.start, Vec::new()));
+    let mut keep = |offset: u64, bytes: &[u8]| {
+        if let (Some(w), Some((_, area))) = (&window, &mut seed_area) {
+            let from = w.start.max(offset);
+            let to = w.end.min(offset + bytes.len() as u64);
+            if from < to {
+                area.extend_from_slice(&bytes[(from - offset) as usize..(to - offset) as usize]);
+            }
+        }
+    };
+    keep(0, &first);
+    let mut offset = first.len() as u64;
     while offset < total {
-        let (n, _) = read_range(bmc, url, offset, (offset + 4 * CHUNK).min(total) - 1).await?;
-        if n == 0 {
+        let (bytes, _) = read_range(bmc, url, offset, (offset + 4 * CHUNK).min(total) - 1).await?;
+        if bytes.is_empty() {
             return Err(format!("reading {url}: empty range at {offset}"));
         }
-        offset += n;
+        keep(offset, &bytes);
+        offset += bytes.len() as u64;
     }
-    Ok(total)
-}
-
-/// The seed settings carried in the image URL query, if any.
-fn from_query(image: &str, key: &str) -> Option<String> {
-    let url = reqwest::Url::parse(image).ok()?;
-    url.query_pairs()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.into_owned())
+    Ok(CachedCopy {
+        size: total,
+        head,
+        seed_area,
+    })
 }
 
 /// Is the media the installer booted from still there?
@@ -83,9 +121,39 @@ fn media_present(bmc: &Bmc, generation: u64, slot: usize, image: &str) -> Result
     Ok(s.has_media() && s.image.as_deref() == Some(image))
 }
 
-fn fail(bmc: &Bmc, generation: u64, why: String) -> Result<AfterInstall, Halt> {
-    current(bmc, generation)?.phase = OsPhase::InstallFailed(why);
+fn stay(bmc: &Bmc, generation: u64, phase: OsPhase) -> Result<AfterInstall, Halt> {
+    current(bmc, generation)?.phase = phase;
     Ok(AfterInstall::Stay)
+}
+
+fn fail(bmc: &Bmc, generation: u64, why: String) -> Result<AfterInstall, Halt> {
+    stay(bmc, generation, OsPhase::InstallFailed(why))
+}
+
+/// What the seed tells the installer to do.
+enum Decision {
+    Install(Box<Install>, SeedFiles),
+    Live(String),
+    Fail(String),
+}
+
+/// Decide from the bytes at the start of partition 2.
+fn decide(partition: &[u8]) -> Decision {
+    let files = match SeedFiles::from_partition(partition) {
+        Ok(files) => files,
+        Err(e @ SeedError::NoSeedData) => return Decision::Live(format!("{NO_INSTALL_SEED} ({e})")),
+        Err(e) => return Decision::Fail(e.to_string()),
+    };
+    match files.install() {
+        Ok(Some(install)) => Decision::Install(Box::new(install), files),
+        Ok(None) => Decision::Live(NO_INSTALL_SEED.to_owned()),
+        Err(e) => Decision::Fail(format!("reading the install seed: {e}")),
+    }
+}
+
+/// The one disk of the simulated machine, as `/dev/disk/by-id` names it.
+pub fn disk_id(bmc: &Bmc) -> String {
+    format!("nvme-SIM_NVMe_{}", bmc.serial)
 }
 
 /// Run the installer booted from media slot `slot`.
@@ -96,24 +164,27 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
     let (image, cached) = {
         let mut m = current(bmc, generation)?;
         m.counters.installer_runs += 1;
-        if m.os.installed {
-            // A second boot of the installer finds no install target and idles.
-            m.phase = OsPhase::InstallerNoTarget;
-            return Ok(AfterInstall::Stay);
-        }
-        m.phase = OsPhase::Installing;
         let s = &m.media[slot];
-        (s.image.clone().unwrap_or_default(), s.cached_bytes)
+        (s.image.clone().unwrap_or_default(), s.cached.clone())
     };
     let mode = bmc.profile.media_read;
-    let mut idle = install;
-    if mode == MediaRead::Upload {
-        if cached == 0 {
+    // The boot read and the seed, from the BMC's copy or through the media URL.
+    let (total, decision) = if mode == MediaRead::Upload {
+        let Some(copy) = cached else {
             return fail(bmc, generation, "the media was not copied at insert".to_owned());
-        }
+        };
+        let decision = match (seed::partition2(&copy.head), copy.seed_area) {
+            (Err(e), _) => Decision::Fail(e.to_string()),
+            (Ok(_), None) => Decision::Fail("the copy holds no seed partition".to_owned()),
+            (Ok(_), Some((_, area))) => decide(&area),
+        };
+        (copy.size, decision)
     } else {
-        let total = match read_range(bmc, &image, 0, BOOT_READ - 1).await {
-            Ok((n, total)) => total.unwrap_or(n),
+        let (head, total) = match read_range(bmc, &image, 0, BOOT_READ - 1).await {
+            Ok((head, total)) => {
+                let total = total.unwrap_or(head.len() as u64);
+                (head, total)
+            }
             Err(e) => return fail(bmc, generation, e),
         };
         if total > BOOT_READ
@@ -121,6 +192,48 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
         {
             return fail(bmc, generation, e);
         }
+        let decision = match seed::partition2(&head) {
+            Err(e) => Decision::Fail(e.to_string()),
+            Ok(p) if p.start >= total => {
+                Decision::Fail("partition 2 lies beyond the end of the media".to_owned())
+            }
+            Ok(p) => {
+                let w = seed_window(&p);
+                match read_range(bmc, &image, w.start, w.end.min(total) - 1).await {
+                    Ok((area, _)) => decide(&area),
+                    Err(e) => return fail(bmc, generation, e),
+                }
+            }
+        };
+        (total, decision)
+    };
+    let (seed_install, files) = match decision {
+        Decision::Install(install, files) => (*install, files),
+        Decision::Live(why) => return stay(bmc, generation, OsPhase::LiveWithoutInstallSeed(why)),
+        Decision::Fail(why) => return fail(bmc, generation, why),
+    };
+    {
+        let mut m = current(bmc, generation)?;
+        m.install_seed = Some(seed_install.clone());
+        if let Some(target) = &seed_install.target
+            && !target.id.is_empty()
+            && !disk_id(bmc).contains(&target.id)
+        {
+            m.phase = OsPhase::InstallFailed(format!(
+                "unable to determine target device (detected devices: {})",
+                disk_id(bmc)
+            ));
+            return Ok(AfterInstall::Stay);
+        }
+        if m.os.installed && !seed_install.force_install {
+            // The disk already holds an installation: nothing to install to.
+            m.phase = OsPhase::InstallerNoTarget;
+            return Ok(AfterInstall::Stay);
+        }
+        m.phase = OsPhase::Installing;
+    }
+    let mut idle = install;
+    if mode != MediaRead::Upload {
         let window = if mode == MediaRead::StreamSpread {
             install
         } else {
@@ -152,28 +265,19 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
             return fail(bmc, generation, "I/O error: the media disappeared".to_owned());
         }
     }
-    // Stage 1 done.
-    let force_reboot = {
+    // Stage 1 done: a fresh system on the disk, with the seed minus its install file.
+    {
         let mut m = current(bmc, generation)?;
-        m.os.installed = true;
-        if m.install.token.is_none() {
-            m.install.token = from_query(&image, "token");
-        }
-        if m.install.registration_url.is_none() {
-            m.install.registration_url = from_query(&image, "registration_url");
-        }
-        let from_url = from_query(&image, "force_reboot").is_none_or(|v| v != "false" && v != "0");
-        let force = m.install.force_reboot.unwrap_or(from_url);
+        m.os.install_fresh(files.without_install());
         if bmc.faults().halt_after_install {
             m.phase = OsPhase::Halted;
             return Ok(AfterInstall::Stay);
         }
-        if !force {
+        if !seed_install.force_reboot {
             m.phase = OsPhase::WaitingForEject;
         }
-        force
-    };
-    if force_reboot {
+    }
+    if seed_install.force_reboot {
         return Ok(AfterInstall::Reboot);
     }
     // "Please remove the install media": reboot once it is gone.
@@ -184,50 +288,4 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
             return Ok(AfterInstall::Reboot);
         }
     }
-}
-
-/// The installed OS registers itself with its token, retrying a few times.
-pub async fn register(bmc: &Bmc, generation: u64) -> Result<(), Halt> {
-    let shared = bmc.shared.clone();
-    shared.clock.sleep(shared.timings.registration_delay).await?;
-    let (url, token) = {
-        let m = current(bmc, generation)?;
-        if m.os.registered {
-            return Ok(());
-        }
-        let url = m
-            .install
-            .registration_url
-            .clone()
-            .or_else(|| shared.registration_url.clone());
-        (url, m.install.token.clone().unwrap_or_default())
-    };
-    let Some(url) = url else { return Ok(()) };
-    let Ok(mut target) = reqwest::Url::parse(&url) else {
-        return Ok(());
-    };
-    target.query_pairs_mut().append_pair("token", &token);
-    let body = json!({
-        "name": bmc.name,
-        "serial": bmc.serial,
-        "uuid": bmc.uuid,
-        "token": token,
-        "incus_url": format!("{}/incus/{}", shared.base_url, bmc.name),
-    });
-    for _ in 0..5 {
-        current(bmc, generation)?.counters.registration_attempts += 1;
-        let ok = shared
-            .http
-            .post(target.clone())
-            .json(&body)
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if ok {
-            current(bmc, generation)?.os.registered = true;
-            return Ok(());
-        }
-        shared.clock.sleep(Duration::from_secs(10)).await?;
-    }
-    Ok(())
 }

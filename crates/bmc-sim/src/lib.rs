@@ -3,7 +3,8 @@
 //! One listener serves every BMC under its own path prefix (`/bmc/<name>/redfish/v1/...`), each
 //! with a vendor [`Personality`] reproducing the quirks in `reference/redfish.md`, a simulated
 //! machine (power, POST with `BootProgress`, BIOS, secure boot, virtual media, an installer
-//! reading the media over HTTP `Range` and a registration callback), fault injection and audits
+//! reading the media over HTTP `Range` and acting on the IncusOS seed inside it, the installed OS
+//! registering with the seed's provider over TLS), fault injection and audits
 //! (highest request concurrency, stale fenced mutations). Test and development use only: no
 //! production code path depends on this crate.
 //!
@@ -27,11 +28,14 @@ mod faults;
 mod incus;
 mod install;
 mod machine;
+mod os;
 mod profile;
 pub mod recorder;
+mod register;
 mod reply;
 mod routes;
 mod secure_boot;
+pub mod seed;
 mod server;
 mod tls;
 
@@ -46,7 +50,6 @@ use tokio_util::sync::CancellationToken;
 pub use audit::{AuditReport, FENCE_HEADER, StaleMutation};
 pub use config::{Personality, PersonalityChoice, SimConfig, Timings, UnknownPersonality};
 pub use faults::Faults;
-pub use machine::InstallConfig;
 pub use routes::metadata_document;
 
 use bmc::{Bmc, Shared};
@@ -111,7 +114,6 @@ impl Sim {
             username: config.username.clone(),
             password: config.password.clone(),
             base_url: base_url.clone(),
-            registration_url: config.registration_url.clone(),
         });
         let mut tables: HashMap<Personality, (Arc<Profile>, Arc<RouteTable>)> = HashMap::new();
         let mut bmcs = Vec::with_capacity(config.servers);
@@ -238,11 +240,6 @@ impl SimHandle {
     /// Replace the faults of server `i`.
     pub fn set_faults(&self, i: usize, faults: Faults) {
         *self.fleet.bmcs[i].faults() = faults;
-    }
-
-    /// Set the registration URL, token and seed flag of server `i`.
-    pub fn set_install(&self, i: usize, install: InstallConfig) {
-        self.fleet.bmcs[i].machine().install = install;
     }
 
     /// Stop serving and stop every machine.

@@ -9,8 +9,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::install::CachedCopy;
 use crate::profile::Profile;
+use crate::register::ClientIdentity;
 use crate::secure_boot::SecureBoot;
+use crate::seed::{Install, SeedFiles};
 
 /// Redfish `PowerState`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -61,6 +64,9 @@ pub struct MediaSlot {
     pub user_name: Option<String>,
     /// Bytes copied at insert (`TransferMethod: Upload`).
     pub cached_bytes: u64,
+    /// What an Upload BMC kept of its copy for the installer.
+    #[serde(skip)]
+    pub cached: Option<CachedCopy>,
     /// After an eject on a stale-reporting BMC: what it keeps showing, and until when.
     #[serde(skip)]
     pub stale: Option<(String, Instant)>,
@@ -99,23 +105,17 @@ pub enum OsPhase {
     Halted,
     /// The installer booted a second time and found nothing to install.
     InstallerNoTarget,
-    /// The installer failed (media unreadable or removed mid-install).
+    /// The installer failed: no seed partition, a seed it cannot read, no matching disk, media unreadable or
+    /// removed mid-install.
     InstallFailed(String),
+    /// The live image booted without an install seed: it runs from the media and never installs.
+    LiveWithoutInstallSeed(String),
     /// The installed OS is booting.
     OsBooting,
     /// The installed OS is running (Incus API up).
     OsRunning,
-}
-
-/// Registration and seed settings, set through the control endpoint or derived from the image
-/// URL query (`token`, `registration_url`, `force_reboot`).
-#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct InstallConfig {
-    pub registration_url: Option<String>,
-    pub token: Option<String>,
-    /// `None`: derive from the image URL (`force_reboot=false` in its query disables it).
-    pub force_reboot: Option<bool>,
+    /// The installed OS's daemon stopped at start-up (a seed file it cannot read, a provider it cannot load).
+    OsFailed(String),
 }
 
 /// The IncusOS side of an installed server.
@@ -123,6 +123,22 @@ pub struct InstallConfig {
 pub struct OsState {
     pub installed: bool,
     pub registered: bool,
+    /// The seed the installer left on the disk (without `install.*`), read at every start-up.
+    #[serde(skip)]
+    pub seed: Option<SeedFiles>,
+    /// Its file names, for the truth view.
+    pub seed_files: Vec<String>,
+    /// The hostname the OS chose at its last start-up.
+    pub hostname: Option<String>,
+    /// The Incus client certificate and key, made at the first boot of the installed OS.
+    #[serde(skip)]
+    pub identity: Option<ClientIdentity>,
+    /// Its certificate (PEM), for the truth view.
+    pub client_certificate: Option<String>,
+    /// Client certificates Incus trusts (PEM): the one the registration answer carried.
+    pub trusted_certificates: Vec<String>,
+    /// Why the last registration attempt failed, until one succeeds.
+    pub registration_error: Option<String>,
     pub running_version: String,
     pub staged_version: Option<String>,
     /// A published update not yet staged.
@@ -143,6 +159,24 @@ pub struct MemberOperation {
 }
 
 impl OsState {
+    /// A fresh system on the disk: nothing of an earlier installation survives.
+    pub fn install_fresh(&mut self, seed: SeedFiles) {
+        self.installed = true;
+        self.registered = false;
+        self.seed_files = seed.names().into_iter().map(str::to_owned).collect();
+        self.seed = Some(seed);
+        self.hostname = None;
+        self.identity = None;
+        self.client_certificate = None;
+        self.trusted_certificates.clear();
+        self.registration_error = None;
+    }
+
+    pub fn set_identity(&mut self, identity: ClientIdentity) {
+        self.client_certificate = Some(identity.cert_pem.clone());
+        self.identity = Some(identity);
+    }
+
     /// Applies the member status of every operation that has finished by `now`. Reads settle first, so an
     /// operation reported `Success` is never followed by a member still `during` it, whichever timer fires first.
     pub fn settle_member(&mut self, now: Instant) {
@@ -258,7 +292,8 @@ pub struct Machine {
     pub media: Vec<MediaSlot>,
     pub phase: OsPhase,
     pub os: OsState,
-    pub install: InstallConfig,
+    /// The install seed the installer last read from the media.
+    pub install_seed: Option<Install>,
     pub counters: Counters,
 }
 
@@ -293,13 +328,20 @@ impl Machine {
             os: OsState {
                 installed: false,
                 registered: false,
+                seed: None,
+                seed_files: Vec::new(),
+                hostname: None,
+                identity: None,
+                client_certificate: None,
+                trusted_certificates: Vec::new(),
+                registration_error: None,
                 running_version: "202611010000".to_owned(),
                 staged_version: None,
                 available_version: None,
                 member_status: "Online".to_owned(),
                 operations: BTreeMap::new(),
             },
-            install: InstallConfig::default(),
+            install_seed: None,
             counters: Counters::default(),
         }
     }
@@ -387,7 +429,7 @@ impl Machine {
             "bios_current": self.bios.current,
             "bios_pending": self.bios.pending,
             "secure_boot_mode": self.secure_boot.mode,
-            "install": self.install,
+            "install_seed": self.install_seed,
         })
     }
 }

@@ -29,9 +29,6 @@ pub struct Args {
     /// Basic-auth password of every BMC.
     #[arg(long, default_value = "password")]
     password: String,
-    /// Default registration callback URL of every server.
-    #[arg(long)]
-    registration_url: Option<String>,
 }
 
 /// Start the simulator, print where it is, and serve until Ctrl-C, SIGTERM or SIGHUP.
@@ -44,7 +41,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         config.listen = args.listen;
         config.username = args.username;
         config.password = args.password;
-        config.registration_url = args.registration_url;
         let sim = Sim::start(config).await.context("starting the BMC simulator")?;
         println!("bmc-sim listening on {}", sim.base_url());
         println!("control: {}/servers", sim.control_url());

@@ -147,10 +147,10 @@ async fn insert_image(ctx: &Ctx<'_>, i: usize, body: &Value) -> Response {
             );
         }
     }
-    let mut cached = 0;
+    let mut cached = None;
     if ctx.profile().media_read == MediaRead::Upload {
         match install::upload(ctx.bmc, image).await {
-            Ok(n) => cached = n,
+            Ok(copy) => cached = Some(copy),
             Err(e) => {
                 return reply::error_with(
                     StatusCode::BAD_REQUEST,
@@ -180,7 +180,8 @@ async fn insert_image(ctx: &Ctx<'_>, i: usize, body: &Value) -> Response {
         .and_then(Value::as_str)
         .map(str::to_owned);
     slot.user_name = body.get("UserName").and_then(Value::as_str).map(str::to_owned);
-    slot.cached_bytes = cached;
+    slot.cached_bytes = cached.as_ref().map_or(0, |c| c.size);
+    slot.cached = cached;
     slot.stale = None;
     reply::no_content()
 }
@@ -207,6 +208,7 @@ fn eject_slot(ctx: &Ctx<'_>, i: usize) {
     let previous = slot.image.take();
     slot.inserted = false;
     slot.cached_bytes = 0;
+    slot.cached = None;
     slot.transfer_method = None;
     slot.protocol = None;
     slot.stale = previous.clone().zip(stale);

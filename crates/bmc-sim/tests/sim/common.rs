@@ -1,14 +1,14 @@
-//! Helpers: a plain reqwest Redfish client, a Range-capable media server, a registration
-//! receiver and bounded polling.
+//! Helpers: a plain reqwest Redfish client, a Range-capable media server for the images of `seeded` and
+//! bounded polling.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use racklift_bmc_sim::{PersonalityChoice, Sim, SimConfig, SimHandle};
 use serde_json::{Value, json};
 
@@ -16,8 +16,15 @@ use serde_json::{Value, json};
 pub const SCALE: f64 = 0.001;
 
 pub async fn start(servers: usize, personality: &str) -> SimHandle {
+    start_with_tls(servers, personality, false).await
+}
+
+/// As [`start`], serving HTTPS when `tls` (so the Incus API's `connection_url` is `https://`).
+pub async fn start_with_tls(servers: usize, personality: &str, tls: bool) -> SimHandle {
     let choice: PersonalityChoice = personality.parse().expect("personality");
-    let mut config = SimConfig::new(servers, choice).with_time_scale(SCALE);
+    let mut config = SimConfig::new(servers, choice)
+        .with_time_scale(SCALE)
+        .with_tls(tls);
     // POST stages of 60 ms: the reboot after stage 1 leaves a test ~400 ms to eject.
     config.timings.post_stage = Duration::from_secs(60);
     Sim::start(config).await.expect("sim starts")
@@ -36,7 +43,10 @@ impl Client {
     pub fn new(sim: &SimHandle) -> Client {
         let (user, pass) = sim.credentials();
         Client {
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                .tls_danger_accept_invalid_certs(true)
+                .build()
+                .expect("client"),
             user: user.to_owned(),
             pass: pass.to_owned(),
             host: sim.base_url().to_owned(),
@@ -143,12 +153,8 @@ pub struct MediaServer {
 }
 
 impl MediaServer {
-    pub fn url(&self, query: &str) -> String {
-        if query.is_empty() {
-            format!("{}/image.iso", self.base)
-        } else {
-            format!("{}/image.iso?{query}", self.base)
-        }
+    pub fn url(&self) -> String {
+        format!("{}/image.iso", self.base)
     }
 
     pub fn bytes_served(&self) -> u64 {
@@ -168,8 +174,8 @@ fn parse_range(headers: &HeaderMap, size: u64) -> Option<(u64, u64)> {
     (start <= end).then_some((start, end))
 }
 
-async fn serve_image(State((size, reads)): State<(u64, Reads)>, headers: HeaderMap) -> Response {
-    let data = |a: u64, b: u64| (a..=b).map(|i| (i % 251) as u8).collect::<Vec<u8>>();
+async fn serve_image(State((image, reads)): State<(Arc<Vec<u8>>, Reads)>, headers: HeaderMap) -> Response {
+    let size = image.len() as u64;
     match parse_range(&headers, size) {
         Some((a, b)) => {
             reads.lock().unwrap().push((a, b));
@@ -179,57 +185,39 @@ async fn serve_image(State((size, reads)): State<(u64, Reads)>, headers: HeaderM
                     (header::CONTENT_RANGE, format!("bytes {a}-{b}/{size}")),
                     (header::ACCEPT_RANGES, "bytes".to_owned()),
                 ],
-                data(a, b),
+                image[a as usize..=b as usize].to_vec(),
             )
                 .into_response()
         }
         None => {
             reads.lock().unwrap().push((0, size - 1));
-            (StatusCode::OK, data(0, size - 1)).into_response()
+            (StatusCode::OK, image.to_vec()).into_response()
         }
     }
 }
 
-pub async fn media_server(size: u64) -> MediaServer {
+/// Serve `image` (see `seeded` for images with a seed).
+pub async fn media_server(image: Vec<u8>) -> MediaServer {
     let reads: Reads = Arc::default();
+    let size = image.len() as u64;
     let app = axum::Router::new()
         .route("/image.iso", get(serve_image))
-        .with_state((size, reads.clone()));
+        .with_state((Arc::new(image), reads.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     MediaServer { base, reads, size }
 }
 
-/// Registrations received: `(token query parameter, body)`.
-pub type Registrations = Arc<Mutex<Vec<(String, Value)>>>;
-
-async fn register(
-    State(regs): State<Registrations>,
-    Query(q): Query<std::collections::HashMap<String, String>>,
-    axum::Json(body): axum::Json<Value>,
-) -> StatusCode {
-    regs.lock()
-        .unwrap()
-        .push((q.get("token").cloned().unwrap_or_default(), body));
-    StatusCode::OK
-}
-
-/// A registration endpoint at `<url>`; returns the URL and what it received.
-pub async fn registration_server() -> (String, Registrations) {
-    let regs: Registrations = Arc::default();
-    let app = axum::Router::new()
-        .route("/register", post(register))
-        .with_state(regs.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/register", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (url, regs)
-}
-
 /// GET a control endpoint.
 pub async fn control_get(sim: &SimHandle, path: &str) -> Value {
-    let resp = reqwest::get(format!("{}{path}", sim.control_url()))
+    let http = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .expect("client");
+    let resp = http
+        .get(format!("{}{path}", sim.control_url()))
+        .send()
         .await
         .expect("control");
     assert!(resp.status().is_success(), "control {path}: {}", resp.status());

@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
-use racklift_bmc_sim::InstallConfig;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::common::{self, Client, cd_slot, media_server, registration_server, wait_for};
+use crate::common::{self, Client, cd_slot, control_get, media_server, wait_for};
+use crate::registration::{self, MANAGER_CERT};
+use crate::seeded::{full_seed, install_yaml, provider_json, seeded_image};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -98,27 +99,20 @@ async fn power_on_walks_boot_progress_in_order_to_os_boot_started() {
 }
 
 /// Full deployment on one personality: insert, Once override, power on, install reading the
-/// media over Range, reboot, eject, registration with the token.
+/// media over Range, reboot, eject, registration with the seed's token.
 async fn deploy(personality: &str) {
     let sim = common::start(1, personality).await;
     let c = Client::new(&sim);
     let base = sim.bmc_url(0);
-    let media = media_server(3 << 20).await;
-    let (reg_url, regs) = registration_server().await;
-    sim.set_install(
-        0,
-        InstallConfig {
-            registration_url: Some(reg_url),
-            token: Some("tok-1".into()),
-            force_reboot: None,
-        },
-    );
+    let oc = registration::start(false, Vec::new()).await;
+    let seed = full_seed(true, provider_json(&oc.url, "tok-1", Some(&oc.cert_pem)));
+    let media = media_server(seeded_image(3 << 20, &seed)).await;
 
     let slot = cd_slot(&c, &base).await;
-    insert(&c, &slot, &media.url("")).await;
+    insert(&c, &slot, &media.url()).await;
     let slot = c.get(slot["@odata.id"].as_str().unwrap()).await;
     assert_eq!(slot["Inserted"], true);
-    assert_eq!(slot["Image"], media.url(""));
+    assert_eq!(slot["Image"], media.url());
     let sys = c.system(&base).await;
     let (status, _, body) = c
         .patch(
@@ -138,13 +132,21 @@ async fn deploy(personality: &str) {
     // The callback's receiver sees the request before the simulated OS has read the answer and recorded itself
     // registered: wait for both.
     wait_for("registration", LONG, || async {
-        (!regs.lock().unwrap().is_empty() && sim.truth(0)["registered"] == true).then_some(())
+        (sim.truth(0)["registered"] == true).then_some(())
     })
     .await;
-    let (token, body) = regs.lock().unwrap()[0].clone();
-    assert_eq!(token, "tok-1");
-    assert_eq!(body["name"], sim.name(0));
+    let received = oc.received();
+    assert_eq!(received.len(), 1, "one registration");
+    assert_eq!(received[0].token.as_deref(), Some("tok-1"));
+    // Without a network seed IncusOS names itself after the SMBIOS product UUID, the System UUID.
+    let summary = control_get(&sim, &format!("/servers/{}", sim.name(0))).await;
+    assert_eq!(received[0].body["name"], summary["uuid"]);
+    assert_eq!(
+        received[0].body["connection_url"],
+        format!("{}/incus/{}", sim.base_url(), sim.name(0))
+    );
     let truth = sim.truth(0);
+    assert_eq!(truth["os"]["trusted_certificates"], json!([MANAGER_CERT]));
     assert_eq!(truth["registered"], true);
     assert_eq!(truth["phase"]["phase"], "os_running");
     assert!(truth["boot_count"].as_u64().unwrap() >= 2, "{truth}");
@@ -190,10 +192,10 @@ async fn supermicro_deploys() {
 async fn dell_reads_the_whole_image_at_insert_and_nothing_during_install() {
     let sim = common::start(1, "dell").await;
     let c = Client::new(&sim);
-    let media = media_server(2 << 20).await;
+    let media = media_server(seeded_image(2 << 20, &[install_yaml(true)])).await;
     let slot = cd_slot(&c, &sim.bmc_url(0)).await;
     assert_eq!(slot["TransferMethod"], "Upload");
-    insert(&c, &slot, &media.url("")).await;
+    insert(&c, &slot, &media.url()).await;
     let after_insert = media.bytes_served();
     assert!(after_insert >= media.size, "copied at insert: {after_insert}");
     let sys = c.system(&sim.bmc_url(0)).await;
@@ -210,9 +212,9 @@ async fn lenovo_streams_until_the_end_of_stage_one_and_generic_goes_idle_early()
     for (personality, spread) in [("lenovo", true), ("generic", false)] {
         let sim = common::start(1, personality).await;
         let c = Client::new(&sim);
-        let media = media_server(8 << 20).await;
+        let media = media_server(seeded_image(8 << 20, &[install_yaml(true)])).await;
         let slot = cd_slot(&c, &sim.bmc_url(0)).await;
-        insert(&c, &slot, &media.url("")).await;
+        insert(&c, &slot, &media.url()).await;
         let sys = c.system(&sim.bmc_url(0)).await;
         c.reset(&sys, "On").await;
         wait_for("installing", LONG, || async {
@@ -252,9 +254,9 @@ async fn lenovo_streams_until_the_end_of_stage_one_and_generic_goes_idle_early()
 async fn seed_without_force_reboot_waits_for_the_ejection() {
     let sim = common::start(1, "generic").await;
     let c = Client::new(&sim);
-    let media = media_server(1 << 20).await;
+    let media = media_server(seeded_image(1 << 20, &[install_yaml(false)])).await;
     let slot = cd_slot(&c, &sim.bmc_url(0)).await;
-    insert(&c, &slot, &media.url("force_reboot=false")).await;
+    insert(&c, &slot, &media.url()).await;
     let sys = c.system(&sim.bmc_url(0)).await;
     c.reset(&sys, "On").await;
     wait_for("waiting for eject", LONG, || async {
@@ -274,9 +276,9 @@ async fn seed_without_force_reboot_waits_for_the_ejection() {
 async fn media_left_in_after_the_install_boots_the_installer_again() {
     let sim = common::start(1, "generic").await;
     let c = Client::new(&sim);
-    let media = media_server(1 << 20).await;
+    let media = media_server(seeded_image(1 << 20, &[install_yaml(true)])).await;
     let slot = cd_slot(&c, &sim.bmc_url(0)).await;
-    insert(&c, &slot, &media.url("")).await;
+    insert(&c, &slot, &media.url()).await;
     let sys = c.system(&sim.bmc_url(0)).await;
     c.reset(&sys, "On").await;
     wait_for("installer finds no target", LONG, || async {
@@ -291,14 +293,14 @@ async fn media_left_in_after_the_install_boots_the_installer_again() {
 async fn incus_api_answers_once_the_os_runs() {
     let sim = common::start(1, "generic").await;
     let c = Client::new(&sim);
-    let media = media_server(1 << 20).await;
+    let media = media_server(seeded_image(1 << 20, &[install_yaml(false)])).await;
     let incus = sim.incus_url(0);
     assert_eq!(
         reqwest::get(format!("{incus}/1.0")).await.unwrap().status(),
         StatusCode::SERVICE_UNAVAILABLE
     );
     let slot = cd_slot(&c, &sim.bmc_url(0)).await;
-    insert(&c, &slot, &media.url("force_reboot=false")).await;
+    insert(&c, &slot, &media.url()).await;
     let sys = c.system(&sim.bmc_url(0)).await;
     c.reset(&sys, "On").await;
     wait_for("waiting for eject", LONG, || async {

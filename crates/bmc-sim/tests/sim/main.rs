@@ -4,4 +4,7 @@ mod common;
 mod faults_audit;
 mod lifecycle;
 mod personalities;
+mod registration;
 mod resources;
+mod seed;
+mod seeded;

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use crate::common::{self, Client, cd_slot, media_server};
 use crate::lifecycle::insert;
+use crate::seeded::plain_image;
 
 #[tokio::test]
 async fn mix_assigns_personalities_round_robin() {
@@ -89,9 +90,9 @@ async fn dell_keeps_reporting_inserted_for_a_while_after_eject() {
     config.timings.stale_inserted_after_eject = std::time::Duration::from_secs(300);
     let sim = racklift_bmc_sim::Sim::start(config).await.unwrap();
     let c = Client::new(&sim);
-    let media = media_server(1 << 16).await;
+    let media = media_server(plain_image(1 << 16)).await;
     let slot = cd_slot(&c, &sim.bmc_url(0)).await;
-    insert(&c, &slot, &media.url("")).await;
+    insert(&c, &slot, &media.url()).await;
     let eject = slot["Actions"]["#VirtualMedia.EjectMedia"]["target"]
         .as_str()
         .unwrap();
@@ -226,8 +227,8 @@ async fn supermicro_publishes_reset_types_only_via_action_info_and_hides_eject_w
     let slot = cd_slot(&c, &sim.bmc_url(0)).await;
     assert!(slot["Actions"].get("#VirtualMedia.EjectMedia").is_none());
     assert!(slot["Actions"]["#VirtualMedia.InsertMedia"]["@Redfish.ActionInfo"].is_string());
-    let media = media_server(1 << 16).await;
-    insert(&c, &slot, &media.url("")).await;
+    let media = media_server(plain_image(1 << 16)).await;
+    insert(&c, &slot, &media.url()).await;
     let slot = c.get(slot["@odata.id"].as_str().unwrap()).await;
     assert!(slot["Actions"]["#VirtualMedia.EjectMedia"]["target"].is_string());
     let bios = c.get(sys["Bios"]["@odata.id"].as_str().unwrap()).await;

@@ -1,0 +1,170 @@
+//! The installed IncusOS starting up and registering itself, from the seed the installer left on its disk
+//! (IncusOS `cmd/incus-osd/main.go`, `startup`).
+//!
+//! At start-up the daemon reads the `network` seed (for the hostname) and the `provider` seed; a file that does
+//! not decode, or an `operations-center` provider without a URL or a token, stops the daemon before Incus
+//! starts ([`OsPhase::OsFailed`]). Otherwise Incus runs, with its client certificate (made at the first boot),
+//! and the daemon registers with the provider if it has not yet. A failed registration makes the daemon exit
+//! and systemd start it again (`Restart=on-failure`), so it is retried after [`Timings::daemon_restart`], for as
+//! long as the server runs; a request that gets no answer is first retried five times a second apart
+//! (`tryRequest`).
+//!
+//! What differs from a real server is the address: IncusOS sends `connection_url: https://<management
+//! address>:8443`, its own Incus listener. Every simulated server's Incus API is served by the simulator's one
+//! listener under `/incus/<name>`, so that is the `connection_url` sent (`https` when the simulator serves TLS).
+//!
+//! [`Timings::daemon_restart`]: crate::Timings::daemon_restart
+
+use std::time::Duration;
+
+use crate::bmc::Bmc;
+use crate::driver::{Halt, current};
+use crate::machine::OsPhase;
+use crate::register::{self, ClientIdentity, OperationsCenter, RegisterError, ServerPost};
+
+/// Attempts of a request that gets no answer (IncusOS `tryRequest`), one second apart.
+const SEND_ATTEMPTS: u32 = 5;
+
+/// What start-up found in the seed on the disk.
+struct Startup {
+    hostname: String,
+    provider: Option<OperationsCenter>,
+    /// Client certificates the Incus preseed trusts, applied when Incus is first initialised.
+    preseed_certificates: Vec<String>,
+}
+
+/// Read the installed seed: the hostname and the provider, or why the daemon stops.
+fn read_seed(bmc: &Bmc, generation: u64) -> Result<Result<Startup, String>, Halt> {
+    let m = current(bmc, generation)?;
+    let Some(seed) = &m.os.seed else {
+        return Ok(Ok(Startup {
+            hostname: bmc.uuid.clone(),
+            provider: None,
+            preseed_certificates: Vec::new(),
+        }));
+    };
+    let network = match seed.network() {
+        Ok(n) => n,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    // IncusOS's default hostname is the machine's SMBIOS product UUID, the one the BMC reports as the System UUID.
+    let hostname = network
+        .and_then(|n| n.hostname())
+        .unwrap_or_else(|| bmc.uuid.clone());
+    let provider = match seed.provider() {
+        Ok(None) => None,
+        Ok(Some(p)) => match OperationsCenter::from_provider(&p) {
+            Ok(oc) => oc,
+            Err(e) => return Ok(Err(e.to_string())),
+        },
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    // Incus is initialised from its seed; a file it cannot read fails the start-up as well.
+    let preseed_certificates = match seed.incus() {
+        Ok(incus) => incus.map(|i| i.preseed_certificates()).unwrap_or_default(),
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    Ok(Ok(Startup {
+        hostname,
+        provider,
+        preseed_certificates,
+    }))
+}
+
+/// The installed OS has booted: start the daemon, then register until it succeeds.
+pub async fn start(bmc: &Bmc, generation: u64) -> Result<(), Halt> {
+    let shared = bmc.shared.clone();
+    let startup = match read_seed(bmc, generation)? {
+        Ok(s) => s,
+        Err(why) => {
+            current(bmc, generation)?.phase = OsPhase::OsFailed(why);
+            return Ok(());
+        }
+    };
+    let identity = {
+        let mut m = current(bmc, generation)?;
+        m.phase = OsPhase::OsRunning;
+        m.os.hostname = Some(startup.hostname.clone());
+        if m.os.identity.is_none() {
+            // First boot: Incus is initialised (its preseed applied) and makes its certificate.
+            for cert in startup.preseed_certificates {
+                if !m.os.trusted_certificates.contains(&cert) {
+                    m.os.trusted_certificates.push(cert);
+                }
+            }
+            match ClientIdentity::generate(&startup.hostname) {
+                Ok(id) => m.os.set_identity(id),
+                Err(e) => {
+                    m.phase = OsPhase::OsFailed(format!("generating the Incus client certificate: {e}"));
+                    return Ok(());
+                }
+            }
+        }
+        if m.os.registered {
+            return Ok(());
+        }
+        m.os.identity.clone()
+    };
+    let (Some(oc), Some(identity)) = (startup.provider, identity) else {
+        return Ok(());
+    };
+    let body = ServerPost {
+        name: startup.hostname,
+        connection_url: format!("{}/incus/{}", shared.base_url, bmc.name),
+    };
+    shared.clock.sleep(shared.timings.registration_delay).await?;
+    loop {
+        let outcome = attempt(bmc, generation, &oc, &identity, &body).await?;
+        {
+            let mut m = current(bmc, generation)?;
+            match outcome {
+                Ok(certificate) => {
+                    if !certificate.is_empty() && !m.os.trusted_certificates.contains(&certificate) {
+                        m.os.trusted_certificates.push(certificate);
+                    }
+                    m.os.registered = true;
+                    m.os.registration_error = None;
+                    return Ok(());
+                }
+                Err(e) => m.os.registration_error = Some(error_chain(&e)),
+            }
+        }
+        shared.clock.sleep(shared.timings.daemon_restart).await?;
+    }
+}
+
+/// One run of the daemon's registration: the request, retried while it gets no answer.
+async fn attempt(
+    bmc: &Bmc,
+    generation: u64,
+    oc: &OperationsCenter,
+    identity: &ClientIdentity,
+    body: &ServerPost,
+) -> Result<Result<String, RegisterError>, Halt> {
+    let client = match register::client(oc, identity) {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut sent = 0;
+    loop {
+        sent += 1;
+        current(bmc, generation)?.counters.registration_attempts += 1;
+        let outcome = register::register(&client, oc, body).await;
+        if sent >= SEND_ATTEMPTS || !matches!(outcome, Err(RegisterError::Send(_))) {
+            return Ok(outcome);
+        }
+        bmc.shared.clock.sleep(Duration::from_secs(1)).await?;
+    }
+}
+
+/// The error and its causes on one line, for the truth view.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

@@ -1,0 +1,346 @@
+//! Registration with the `operations-center` provider, the way IncusOS does it
+//! (`incus-osd/internal/providers/provider_operations_center.go`, `Register`, `load`, `loadTLS`, `apiRequest`).
+//!
+//! - The provider seed's `config` gives `server_url`, `server_token` and optionally `server_certificate`; a
+//!   missing URL or token fails the provider's load, which stops the daemon before anything is sent.
+//! - `POST {server_url}/1.0/provisioning/servers?token={server_token}` with `{"name", "connection_url"}`.
+//! - TLS 1.3 at least. With `server_certificate`, that certificate is the one trusted; otherwise the usual roots
+//!   (here the Mozilla set). The server's Incus client certificate is presented.
+//! - IncusOS builds a Go `http.Transport`, which sends a plain `http://` URL without TLS: no scheme is refused,
+//!   and neither is it here.
+//! - The answer must be an Incus envelope with `type: sync` and `status_code: 200`; its
+//!   `metadata.certificate` is then trusted by Incus. Anything else fails the registration.
+//!
+//! Kept to plain functions over a [`OperationsCenter`] so that the provider's other calls (update checks) can
+//! share the client and the envelope check.
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::seed::Provider;
+
+/// The provider name that registers.
+pub const OPERATIONS_CENTER: &str = "operations-center";
+
+/// Why the provider could not be loaded (the daemon stops at start-up).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("no operations center URL provided")]
+    NoUrl,
+    #[error("invalid operations center URL {url:?}")]
+    BadUrl { url: String },
+    #[error("no operations center token provided")]
+    NoToken,
+    #[error("invalid remote certificate")]
+    BadCertificate,
+}
+
+/// Why a registration failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    #[error("building the TLS client")]
+    Tls(#[source] rustls::Error),
+    #[error("building the HTTP client")]
+    Client(#[source] reqwest::Error),
+    #[error("sending the registration")]
+    Send(#[source] reqwest::Error),
+    #[error("the answer is not an Incus response")]
+    NotAnEnvelope(#[source] serde_json::Error),
+    #[error("error from operations center: {0}")]
+    Refused(String),
+    #[error("bad response from operations center (type {kind:?}, status code {status_code})")]
+    BadResponse { kind: String, status_code: i64 },
+}
+
+/// The `operations-center` provider's settings, validated.
+#[derive(Clone, Debug)]
+pub struct OperationsCenter {
+    pub server_url: reqwest::Url,
+    pub server_token: String,
+    /// DER of `server_certificate`, when given.
+    pub server_certificate: Option<Vec<u8>>,
+}
+
+impl OperationsCenter {
+    /// `Ok(None)` for any other provider: those do not register (IncusOS: `ErrRegistrationUnsupported`).
+    pub fn from_provider(provider: &Provider) -> Result<Option<OperationsCenter>, ProviderError> {
+        if provider.name != OPERATIONS_CENTER {
+            return Ok(None);
+        }
+        let get = |k: &str| provider.config.get(k).filter(|v| !v.is_empty());
+        let url = get("server_url").ok_or(ProviderError::NoUrl)?;
+        let server_url = reqwest::Url::parse(url).map_err(|_| ProviderError::BadUrl { url: url.clone() })?;
+        let server_token = get("server_token").ok_or(ProviderError::NoToken)?.clone();
+        let server_certificate = match get("server_certificate") {
+            Some(pem) => Some(
+                CertificateDer::from_pem_slice(pem.as_bytes())
+                    .map_err(|_| ProviderError::BadCertificate)?
+                    .to_vec(),
+            ),
+            None => None,
+        };
+        Ok(Some(OperationsCenter {
+            server_url,
+            server_token,
+            server_certificate,
+        }))
+    }
+
+    /// `{server_url}/1.0/provisioning/servers?token=…`.
+    pub fn registration_url(&self) -> reqwest::Url {
+        let mut url = self.server_url.clone();
+        let path = format!("{}/1.0/provisioning/servers", url.path().trim_end_matches('/'));
+        url.set_path(&path);
+        url.query_pairs_mut()
+            .clear()
+            .append_pair("token", &self.server_token);
+        url
+    }
+}
+
+/// A server's Incus client certificate and key, made at the first boot of the installed OS.
+#[derive(Clone, Debug)]
+pub struct ClientIdentity {
+    pub cert_pem: String,
+    cert_der: Vec<u8>,
+    key_der: Vec<u8>,
+}
+
+impl ClientIdentity {
+    /// A self-signed certificate named after the server, as Incus makes its own at first start.
+    pub fn generate(hostname: &str) -> Result<ClientIdentity, rcgen::Error> {
+        let certified = rcgen::generate_simple_self_signed(vec![hostname.to_owned()])?;
+        Ok(ClientIdentity {
+            cert_pem: certified.cert.pem(),
+            cert_der: certified.cert.der().to_vec(),
+            key_der: certified.signing_key.serialize_der(),
+        })
+    }
+}
+
+/// What the server sends.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerPost {
+    pub name: String,
+    pub connection_url: String,
+}
+
+/// An Incus response envelope (`shared/api.Response`).
+#[derive(Debug, Deserialize)]
+struct Envelope {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    status_code: i64,
+    #[serde(default)]
+    error: String,
+    #[serde(default)]
+    metadata: Value,
+}
+
+/// The HTTP client for the provider: TLS 1.3 only, the pinned or the usual roots, the client certificate.
+pub fn client(oc: &OperationsCenter, identity: &ClientIdentity) -> Result<reqwest::Client, RegisterError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(RegisterError::Tls)?;
+    let builder = match &oc.server_certificate {
+        Some(der) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(ExactCertificate {
+                der: der.clone(),
+                algs: provider.signature_verification_algorithms,
+            })),
+        None => {
+            let roots = rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            };
+            builder.with_root_certificates(roots)
+        }
+    };
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(identity.key_der.clone()));
+    let config = builder
+        .with_client_auth_cert(vec![CertificateDer::from(identity.cert_der.clone())], key)
+        .map_err(RegisterError::Tls)?;
+    reqwest::Client::builder()
+        .use_preconfigured_tls(config)
+        .no_proxy()
+        .build()
+        .map_err(RegisterError::Client)
+}
+
+/// Send the registration and check the answer; returns `metadata.certificate` (PEM, possibly empty).
+pub async fn register(
+    client: &reqwest::Client,
+    oc: &OperationsCenter,
+    body: &ServerPost,
+) -> Result<String, RegisterError> {
+    let resp = client
+        .post(oc.registration_url())
+        .json(body)
+        .send()
+        .await
+        .map_err(RegisterError::Send)?;
+    let bytes = resp.bytes().await.map_err(RegisterError::Send)?;
+    let envelope = check_envelope(&bytes)?;
+    Ok(envelope
+        .metadata
+        .get("certificate")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// IncusOS's "quick validation" of every provider answer: whatever the HTTP status, the body must be a `sync`
+/// envelope with `status_code` 200.
+fn check_envelope(bytes: &[u8]) -> Result<Envelope, RegisterError> {
+    let envelope: Envelope = serde_json::from_slice(bytes).map_err(RegisterError::NotAnEnvelope)?;
+    if envelope.kind != "sync" || envelope.status_code != 200 {
+        if envelope.kind == "error" {
+            return Err(RegisterError::Refused(envelope.error));
+        }
+        return Err(RegisterError::BadResponse {
+            kind: envelope.kind,
+            status_code: envelope.status_code,
+        });
+    }
+    Ok(envelope)
+}
+
+/// Trusts exactly one certificate (the provider seed's `server_certificate`), whatever name it carries, and
+/// checks the handshake signatures against it.
+#[derive(Debug)]
+struct ExactCertificate {
+    der: Vec<u8>,
+    algs: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for ExactCertificate {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if end_entity.as_ref() == self.der.as_slice() {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algs.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider(pairs: &[(&str, &str)]) -> Provider {
+        Provider {
+            name: OPERATIONS_CENTER.to_owned(),
+            config: pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Provider::default()
+        }
+    }
+
+    #[test]
+    fn the_provider_needs_a_url_and_a_token_and_other_providers_do_not_register() {
+        let other = Provider {
+            name: "images".to_owned(),
+            ..Provider::default()
+        };
+        assert!(OperationsCenter::from_provider(&other).unwrap().is_none());
+        assert_eq!(
+            OperationsCenter::from_provider(&provider(&[("server_token", "t")])).unwrap_err(),
+            ProviderError::NoUrl
+        );
+        assert_eq!(
+            OperationsCenter::from_provider(&provider(&[("server_url", "https://oc")])).unwrap_err(),
+            ProviderError::NoToken
+        );
+        let bad = provider(&[
+            ("server_url", "https://oc"),
+            ("server_token", "t"),
+            ("server_certificate", "x"),
+        ]);
+        assert_eq!(
+            OperationsCenter::from_provider(&bad).unwrap_err(),
+            ProviderError::BadCertificate
+        );
+    }
+
+    #[test]
+    fn the_registration_url_keeps_a_path_prefix_and_carries_the_token() {
+        let oc = OperationsCenter::from_provider(&provider(&[
+            ("server_url", "https://oc:7443/base/"),
+            ("server_token", "a b"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            oc.registration_url().as_str(),
+            "https://oc:7443/base/1.0/provisioning/servers?token=a+b"
+        );
+    }
+
+    #[test]
+    fn only_a_sync_200_envelope_is_an_answer() {
+        let ok = br#"{"type":"sync","status":"Success","status_code":200,"metadata":{"certificate":"PEM"}}"#;
+        assert_eq!(check_envelope(ok).unwrap().metadata["certificate"], "PEM");
+        assert!(matches!(
+            check_envelope(br#"{"type":"async","status_code":100}"#),
+            Err(RegisterError::BadResponse { .. })
+        ));
+        assert!(matches!(
+            check_envelope(br#"{"type":"sync","status_code":201}"#),
+            Err(RegisterError::BadResponse { .. })
+        ));
+        assert!(matches!(
+            check_envelope(br#"{"type":"error","error":"no","error_code":403}"#),
+            Err(RegisterError::Refused(m)) if m == "no"
+        ));
+        assert!(matches!(
+            check_envelope(br#"{"name":"x","registered":true}"#),
+            Err(RegisterError::BadResponse { .. })
+        ));
+        assert!(matches!(
+            check_envelope(b"ok"),
+            Err(RegisterError::NotAnEnvelope(_))
+        ));
+    }
+}
