@@ -147,7 +147,8 @@ pub async fn create_seed(
     }
     // What IncusOS would not read is refused now, naming the key, not at the first deployment.
     if !new.install_config.is_null()
-        && let Err(e) = serde_path_to_error::deserialize::<_, racklift_media::seed::SeedConfig>(&new.install_config)
+        && let Err(e) =
+            serde_path_to_error::deserialize::<_, racklift_media::seed::SeedConfig>(&new.install_config)
     {
         return Err(ApiError::invalid(
             &format!("install_config.{}", e.path()),

@@ -338,7 +338,10 @@ fn select_image(images: Vec<Image>, req: &DeployRequest) -> Result<Image, ApiErr
                 return Err(ApiError::unprocessable(
                     "image_without_seed_partition",
                     "image_type",
-                    format!("image {} was registered without its seed partition; register it again", i.id),
+                    format!(
+                        "image {} was registered without its seed partition; register it again",
+                        i.id
+                    ),
                 ));
             }
             Ok(i)

@@ -237,7 +237,10 @@ pub async fn serve_media(
     };
     let (Some(seed_offset), Some(seed)) = (target.seed_offset, target.seed_archive) else {
         // Made before media carried seeds: a server installing from it would never register.
-        tracing::error!(deployment_id = target.deployment_id, "deployment has no seed; media not served");
+        tracing::error!(
+            deployment_id = target.deployment_id,
+            "deployment has no seed; media not served"
+        );
         return Err(not_found());
     };
     let seed = SeedArchive::new(seed);

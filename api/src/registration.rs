@@ -29,7 +29,11 @@ pub struct RegisterQuery {
 #[serde(deny_unknown_fields)]
 pub struct Registration {
     /// The server's hostname (its network config's, else its product UUID).
-    #[schema(min_length = 1, max_length = 253, example = "4c4c4544-0042-3510-8052-b4c04f4e4d32")]
+    #[schema(
+        min_length = 1,
+        max_length = 253,
+        example = "4c4c4544-0042-3510-8052-b4c04f4e4d32"
+    )]
     name: String,
     /// Where its Incus API answers.
     #[schema(example = "https://10.0.3.17:8443", min_length = 1, max_length = 2048)]
@@ -55,7 +59,10 @@ pub async fn register(
         return Err(ApiError::invalid("name", "must be 1 to 253 characters"));
     }
     if r.connection_url.is_empty() || r.connection_url.len() > 2048 {
-        return Err(ApiError::invalid("connection_url", "must be 1 to 2048 characters"));
+        return Err(ApiError::invalid(
+            "connection_url",
+            "must be 1 to 2048 characters",
+        ));
     }
     let Some(token) = q.token.filter(|t| !t.is_empty()) else {
         return Ok(refused(&RegistrationRefused::UnknownToken));
@@ -64,7 +71,11 @@ pub async fn register(
         name: &r.name,
         connection_url: &r.connection_url,
     };
-    match state.store.register_deployment(&state.queue, &token, &request).await? {
+    match state
+        .store
+        .register_deployment(&state.queue, &token, &request)
+        .await?
+    {
         Ok(done) => {
             tracing::info!(server = %done.server, deployment_id = done.deployment_id,
                 connection_url = %r.connection_url, "server registered");

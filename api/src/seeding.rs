@@ -23,7 +23,11 @@ pub fn seed_config(seed: &Seed) -> Result<SeedConfig, ApiError> {
         ApiError::unprocessable(
             "invalid_seed",
             "seed",
-            format!("the install config of seed {:?} does not hold at {path}: {}", seed.name, e.inner()),
+            format!(
+                "the install config of seed {:?} does not hold at {path}: {}",
+                seed.name,
+                e.inner()
+            ),
         )
     })
 }

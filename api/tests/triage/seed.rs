@@ -32,14 +32,18 @@ impl Seed {
     pub async fn new(api: &Api) -> Seed {
         let image = api
             .store
-            .create_image(&NewImage {
-                image_type: "iso".into(),
-                architecture: "x86_64".into(),
-                channel: "stable".into(),
-                path: "/nonexistent/incusos.img".into(),
-                size_bytes: IMAGE_SIZE as i64,
-                sha256: "0".repeat(64),
-            })
+            .create_image(
+                &NewImage {
+                    image_type: "iso".into(),
+                    architecture: "x86_64".into(),
+                    channel: "stable".into(),
+                    path: "/nonexistent/incusos.img".into(),
+                    size_bytes: IMAGE_SIZE as i64,
+                    sha256: "0".repeat(64),
+                },
+                1 << 20,
+                1 << 20,
+            )
             .await
             .expect("image");
         Seed {
@@ -88,6 +92,9 @@ impl Seed {
             media_slot: None,
             idempotency_key: None,
             requested_by: "operator".into(),
+            seed_archive: Vec::new(),
+            registration_token: racklift_store::new_secret(),
+            expected_hostname: None,
         };
         let (record, _) = store
             .create_deployment(&self.queue, &new)
@@ -210,6 +217,9 @@ impl Seed {
             media_slot: None,
             idempotency_key: None,
             requested_by: "operator".into(),
+            seed_archive: Vec::new(),
+            registration_token: racklift_store::new_secret(),
+            expected_hostname: None,
         };
         let (record, _) = api
             .store

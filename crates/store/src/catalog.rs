@@ -559,7 +559,12 @@ impl Store {
 
     /// Registers an image whose partition 2 (read from its partition table by the caller) starts at
     /// `seed_offset` and holds `seed_capacity` bytes.
-    pub async fn create_image(&self, i: &NewImage, seed_offset: i64, seed_capacity: i64) -> Result<Image, StoreError> {
+    pub async fn create_image(
+        &self,
+        i: &NewImage,
+        seed_offset: i64,
+        seed_capacity: i64,
+    ) -> Result<Image, StoreError> {
         let name = format!("{}/{}/{}", i.image_type, i.architecture, i.channel);
         sqlx::query_as(
             "INSERT INTO images (type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity) \

@@ -105,7 +105,10 @@ impl Store {
             Some(RegistrationRefused::Replay { server })
         } else if c.finished {
             Some(RegistrationRefused::Finished { server })
-        } else if let Some(expected) = c.expected_hostname.filter(|e| !e.eq_ignore_ascii_case(request.name)) {
+        } else if let Some(expected) = c
+            .expected_hostname
+            .filter(|e| !e.eq_ignore_ascii_case(request.name))
+        {
             Some(RegistrationRefused::WrongName {
                 server,
                 expected,
@@ -126,10 +129,12 @@ impl Store {
             self.record_refusal(c.id, &c.server, &why, request).await?;
             return Ok(Err(why));
         }
-        let done = sqlx::query("UPDATE deployments SET registered_at = now() WHERE id = $1 AND registered_at IS NULL")
-            .bind(c.id)
-            .execute(&mut *tx)
-            .await?;
+        let done = sqlx::query(
+            "UPDATE deployments SET registered_at = now() WHERE id = $1 AND registered_at IS NULL",
+        )
+        .bind(c.id)
+        .execute(&mut *tx)
+        .await?;
         if done.rows_affected() != 1 {
             return Err(StoreError::Conflict {
                 what: "deployment registration",
@@ -175,7 +180,15 @@ impl Store {
             request,
         })
         .expect("a refusal serialises");
-        crate::events::insert(&self.pool, server, Some(deployment_id), "registration_refused", None, &detail).await?;
+        crate::events::insert(
+            &self.pool,
+            server,
+            Some(deployment_id),
+            "registration_refused",
+            None,
+            &detail,
+        )
+        .await?;
         Ok(())
     }
 }

@@ -147,6 +147,9 @@ fn deployment(server: &str, key: Option<&str>) -> NewDeployment {
         media_slot: None,
         idempotency_key: key.map(str::to_owned),
         requested_by: "operator".into(),
+        seed_archive: Vec::new(),
+        registration_token: racklift_store::new_secret(),
+        expected_hostname: None,
     }
 }
 
