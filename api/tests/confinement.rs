@@ -12,7 +12,7 @@ use serde_json::json;
 
 fn image(path: &str, channel: &str) -> serde_json::Value {
     json!({ "type": "iso", "architecture": "x86_64", "channel": channel, "path": path,
-            "size_bytes": 4096, "sha256": "0".repeat(64) })
+            "size_bytes": common::IMAGE_MIN, "sha256": "0".repeat(64) })
 }
 
 fn mkfifo(path: &std::path::Path) {
@@ -28,8 +28,9 @@ async fn images_stay_inside_their_directory() {
     let api = Api::start().await;
     let images = api.dirs.images();
     let elsewhere = api.dirs.base.join("elsewhere");
-    std::fs::write(&elsewhere, vec![0u8; 4096]).unwrap();
-    std::fs::write(images.join("incusos.img"), vec![0u8; 4096]).unwrap();
+    let good = api.seedable_image(common::IMAGE_MIN);
+    std::fs::copy(&good, &elsewhere).unwrap();
+    std::fs::rename(&good, images.join("incusos.img")).unwrap();
     std::os::unix::fs::symlink(&elsewhere, images.join("link.img")).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", images.join("passwd.img")).unwrap();
     mkfifo(&images.join("fifo.img"));

@@ -189,16 +189,11 @@ async fn every_preflight_check_rejects_with_its_code() {
         Some("name"),
     );
 
-    // Registered servers are refused.
-    let body = json!({ "name": "bare" });
-    let r = api
-        .req(
-            Method::POST,
-            &format!("/1.0/provisioning/servers?token={token}"),
-            None,
-        )
-        .json(&body);
-    assert_eq!(common::read(r.send().await.unwrap()).await.0, 200);
+    // Registered servers are refused (registered by hand, as a server installed another way would be).
+    sqlx::query("UPDATE servers SET status = 'registered', registered_at = now() WHERE name = 'bare'")
+        .execute(&api.db.pool)
+        .await
+        .unwrap();
     expect(
         deploy(&api, "bare", ok.clone(), None).await,
         409,
@@ -260,12 +255,21 @@ async fn deploy_enqueues_one_job_and_is_idempotent() {
             .unwrap();
     let url = plan["image_url"].as_str().unwrap();
     assert!(url.starts_with(&format!("{}/media/", api.base)), "{url}");
-    assert!(
-        url.contains(&format!("token={token}")) && url.contains("force_reboot=true"),
-        "{url}"
-    );
+    // What the server learns travels in the media's seed, never in the URL a BMC may log.
+    assert!(!url.contains('?'), "{url}");
+    let secret = url.rsplit('/').nth(1).unwrap();
+    let composed = api.composed_media(secret).await;
+    let target = api.store.media_target(secret).await.unwrap().unwrap();
+    let offset = target.seed_offset.unwrap() as usize;
+    let seed = racklift_media::SeedFiles::from_archive(&composed[offset..offset + (1 << 20)])
+        .expect("the seed parses");
+    assert!(seed.install.force_reboot);
+    assert_eq!(seed.provider.name, "operations-center");
+    assert_eq!(seed.provider.config["server_url"], api.base);
+    assert_eq!(seed.provider.config["server_token"].len(), 64);
+    assert!(!seed.update.auto_reboot);
     assert_eq!(plan["bios"]["attributes"]["Cores"], 4);
-    assert_eq!(plan["image_size_bytes"], 4096);
+    assert_eq!(plan["image_size_bytes"], common::IMAGE_MIN);
     assert!(
         slot.and_then(|s| s.as_str().map(str::to_owned))
             .is_some_and(|s| s.contains(':'))

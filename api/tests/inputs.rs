@@ -111,19 +111,19 @@ async fn a_number_that_would_not_come_back_out_is_refused() {
         .await;
     assert_eq!(s, 201, "{t}");
     let seeds = format!("/1.0/tokens/{}/seeds", t["token"].as_str().unwrap());
-    let body = json!({ "name": "s", "install_config": { "a": [1, 1.7976931348623157e308] } });
+    let body = json!({ "name": "s", "install_config": { "network": { "a": [1, 1.7976931348623157e308] } } });
     let (s, v) = api.call(Method::POST, &seeds, ADMIN, Some(body)).await;
     assert_eq!(
         (s, code(&v), field(&v)),
-        (422, "number_too_large", Some("install_config.a.1")),
+        (422, "number_too_large", Some("install_config.network.a.1")),
         "{v}"
     );
-    let body = json!({ "name": "s", "install_config": { "a": 3.4e16 } });
+    let body = json!({ "name": "s", "install_config": { "network": { "a": 3.4e16 } } });
     let (s, v) = api.call(Method::POST, &seeds, ADMIN, Some(body)).await;
     assert_eq!(s, 201, "{v}");
     let (s, v) = api.call(Method::GET, &seeds, ADMIN, None).await;
     assert_eq!(
-        (s, v[0]["install_config"]["a"].as_i64()),
+        (s, v[0]["install_config"]["network"]["a"].as_i64()),
         (200, Some(34_000_000_000_000_000)),
         "{v}"
     );

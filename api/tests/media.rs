@@ -10,11 +10,8 @@ use reqwest::Method;
 use reqwest::header::{ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, RANGE};
 use serde_json::json;
 
-const LEN: usize = 100_000;
-
-fn byte(i: usize) -> u8 {
-    (i % 251) as u8
-}
+/// The image's size: the least a seed partition allows, plus an odd tail.
+const LEN: usize = common::IMAGE_MIN + 100_000;
 
 #[tokio::test]
 async fn ranges_are_served_and_recorded() {
@@ -41,6 +38,10 @@ async fn ranges_are_served_and_recorded() {
         .await
         .unwrap();
     let url = format!("/media/{secret}/incusos.img");
+    // What every answer is checked against: the image with this deployment's seed over partition 2.
+    let composed = api.composed_media(&secret).await;
+    assert_eq!(composed.len(), LEN);
+    let byte = |i: usize| composed[i];
 
     // Unknown secret.
     let r = api

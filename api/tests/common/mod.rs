@@ -116,6 +116,50 @@ impl Api {
         format!("file:{name}")
     }
 
+    /// Writes a new image of `len` bytes (at least 2 MiB) laid out like an IncusOS install image (a GPT whose
+    /// partition 2 takes the seed), `byte(i)` at every offset outside the partition table and partition 2, and
+    /// returns its path.
+    pub fn seedable_image(&self, len: usize) -> PathBuf {
+        let path = self
+            .dirs
+            .images()
+            .join(format!("image-{}.img", uuid::Uuid::new_v4().simple()));
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .expect("create the image file");
+        let mut at = 0usize;
+        racklift_media::layout::write_demo_image(&mut file, len.max(IMAGE_MIN) as u64, |block| {
+            for b in block.iter_mut() {
+                *b = byte(at);
+                at += 1;
+            }
+        })
+        .expect("write the image file");
+        path
+    }
+
+    /// The bytes the media server should answer for the deployment with media secret `secret`: its image file
+    /// with the seed archive laid over partition 2.
+    pub async fn composed_media(&self, secret: &str) -> Vec<u8> {
+        let target = self
+            .store
+            .media_target(secret)
+            .await
+            .expect("media target")
+            .expect("a deployment");
+        let overlay = racklift_media::Overlay {
+            offset: target.seed_offset.expect("seed offset") as u64,
+            bytes: target.seed_archive.expect("seed archive").into(),
+        };
+        let file = std::fs::File::open(&target.path).expect("the image file");
+        let mut out = Vec::new();
+        racklift_media::write_composed(file, &overlay, &mut out).expect("compose");
+        out
+    }
+
     /// Writes `data` to a new image file of this test's images directory and returns its path.
     pub fn image_file(&self, data: &[u8]) -> PathBuf {
         let path = self
@@ -197,8 +241,17 @@ pub async fn catalog(api: &Api, sim: &SimHandle, image_len: usize) -> (String, S
     deploy_catalog(api, image_len).await
 }
 
+/// The least an image with a seed partition takes (`seedable_image`).
+pub const IMAGE_MIN: usize = 2 << 20;
+
+/// The byte `seedable_image` writes at offset `i` outside the partition table and the seed partition.
+pub fn byte(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
 /// Everything a deploy request needs but the server: a token with public seeds (`web`, `private`,
-/// `noreboot`), an image of `image_len` bytes and a BIOS profile; returns (token, image path).
+/// `noreboot`), an image of `image_len` bytes (at least [`IMAGE_MIN`]) and a BIOS profile; returns (token,
+/// image path).
 pub async fn deploy_catalog(api: &Api, image_len: usize) -> (String, String) {
     let expires = (chrono::Utc::now() + chrono::TimeDelta::days(2)).to_rfc3339();
     let (_, t) = api
@@ -221,10 +274,10 @@ pub async fn deploy_catalog(api: &Api, image_len: usize) -> (String, String) {
         let (s, _) = api.call(Method::POST, &seeds, ADMIN, Some(seed)).await;
         assert_eq!(s, 201);
     }
-    let data: Vec<u8> = (0..image_len).map(|i| (i % 251) as u8).collect();
-    let path = std::fs::canonicalize(api.image_file(&data)).expect("the image path");
+    let path = std::fs::canonicalize(api.seedable_image(image_len)).expect("the image path");
+    let size = std::fs::metadata(&path).expect("the image").len();
     let image = json!({ "type": "iso", "architecture": "x86_64", "channel": "stable",
-                        "path": path.display().to_string(), "size_bytes": image_len, "sha256": "0".repeat(64) });
+                        "path": path.display().to_string(), "size_bytes": size, "sha256": "0".repeat(64) });
     let (s, v) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
     assert_eq!(s, 201, "{v}");
     let profile = json!({ "name": "generic", "match_rules": { "vendor": "generic" }, "priority": 1,
