@@ -184,13 +184,19 @@ pub async fn seed_catalog(
     })
 }
 
+/// The simulated vendors whose BMCs (like the real ones) expose no writable key databases: the deploy pre-flight
+/// refuses them unless the request sets `skip_secure_boot_certificates`.
+pub fn skips_secure_boot_certificates(vendor: &str) -> bool {
+    matches!(vendor, "hpe" | "lenovo")
+}
+
 /// The deploy request body for a demo server. The HPE-like and Lenovo-like simulated BMCs (like the real ones)
 /// do not let Redfish modify the UEFI key databases, so their deployments skip the secure boot certificates.
 pub fn deploy_request(catalog: &DemoCatalog, vendor: &str) -> DeployRequest {
     DeployRequest {
         token: Some(catalog.token.to_string()),
         seed: Some(catalog.seed.clone()),
-        skip_secure_boot_certificates: matches!(vendor, "hpe" | "lenovo"),
+        skip_secure_boot_certificates: skips_secure_boot_certificates(vendor),
         ..DeployRequest::default()
     }
 }

@@ -9,11 +9,12 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
+use racklift_deploy::certificates::CertificateSet;
 use racklift_deploy::facts::{AttrValue, Fingerprint, KeyDb};
 use racklift_deploy::record::{BiosPlan, SecureBootPlan};
-use racklift_deploy::secure_boot::{AllowOverrides, layer_allow_lists};
+use racklift_deploy::secure_boot::AllowOverrides;
 use racklift_deploy::{Deployment, Plan};
-use racklift_redfish::{ErrorClass, MediaSlot};
+use racklift_redfish::{BmcClient, ErrorClass, KeyDatabaseAccess, MediaSlot};
 use racklift_store::{BiosProfile, Image, NewDeployment, PUBLIC_ADDRESS, Server, ServerStatus, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -44,7 +45,9 @@ pub struct DeployRequest {
     pub channel: Option<String>,
     /// The virtual media device, as the BMC names it (default: the one the client picks).
     pub media_device: Option<String>,
-    /// Leave the BMC's secure boot key databases as they are.
+    /// Leave the BMC's secure boot key databases as they are; the IncusOS certificates are then enrolled by an
+    /// operator beforehand. Required where the BMC does not let Redfish write PK, KEK and db (HPE iLO, Lenovo
+    /// XCC): without it such a server is refused with `secure_boot_keys_not_writable`.
     #[serde(default)]
     pub skip_secure_boot_certificates: bool,
 }
@@ -253,8 +256,12 @@ async fn deploy(
         .filter(|p| profile_matches(p, &server))
         .collect();
     let (bios, secure_boot) = resolve_profiles(&profiles);
-    // Last: the only check that talks to the BMC, so cheap rejections come first.
-    let slot = select_slot(state, &server, req.media_device.as_deref()).await?;
+    // Last: the only checks that talk to the BMC, so cheap rejections come first.
+    let client = preflight_client(state, &server).await?;
+    let slot = select_slot(&client, req.media_device.as_deref()).await?;
+    if !req.skip_secure_boot_certificates {
+        check_key_databases(&client).await?;
+    }
 
     let media_secret = racklift_store::new_secret();
     let force_reboot = seed.force_reboot();
@@ -424,19 +431,15 @@ fn resolve_profiles(profiles: &[BiosProfile]) -> (BiosPlan, SecureBootPlan) {
         }
         layers.extend(allow_overrides(&p.secure_boot));
     }
-    let secure_boot = SecureBootPlan {
-        // No built-in IncusOS certificate set exists in the catalog yet; the worker's plan covers enrolment.
-        incusos: BTreeMap::new(),
-        allow: layer_allow_lists(&BTreeMap::new(), &layers),
-    };
+    // The IncusOS certificates shipped in this binary, and the profiles over the built-in allow lists.
+    let secure_boot = SecureBootPlan::new(&CertificateSet::incusos(), &layers);
     (bios, secure_boot)
 }
 
-/// Reads the BMC's virtual media: the named device, else the first CD/DVD slot (system before manager), else
-/// any slot. Only a BMC with no virtual media at all is rejected.
-async fn select_slot(state: &AppState, server: &Server, device: Option<&str>) -> Result<MediaSlot, ApiError> {
+/// The pre-flight's BMC client, read-only under the API's BMC read timeout.
+async fn preflight_client(state: &AppState, server: &Server) -> Result<BmcClient, ApiError> {
     use racklift_bmc_access::{AccessError, client_for};
-    let client = client_for(server, state.config.bmc_read_timeout, &state.config.bmc_access)
+    client_for(server, state.config.bmc_read_timeout, &state.config.bmc_access)
         .await
         .map_err(|e| match e {
             AccessError::NotConfigured { .. } => {
@@ -457,7 +460,67 @@ async fn select_slot(state: &AppState, server: &Server, device: Option<&str>) ->
             AccessError::Client { .. } => {
                 ApiError::unprocessable("bmc_client", "bmc_address", format!("{e:#}"))
             }
-        })?;
+        })
+}
+
+/// A BMC error of a pre-flight read that is not about the resource read: bad credentials, or no answer.
+fn bmc_read_error(e: racklift_redfish::Error) -> ApiError {
+    match e.class() {
+        ErrorClass::Auth => ApiError::unprocessable("bmc_auth_failed", "bmc_username", e.to_string()),
+        _ => ApiError::new(StatusCode::BAD_GATEWAY, "bmc_unreachable", e.to_string()).field("bmc_address"),
+    }
+}
+
+/// The key databases the secure boot state rewrites must be exposed, and PK, KEK and db writable (a
+/// `Certificates` collection to enrol into), or the deployment would fail minutes later, after the BIOS passes.
+/// HPE iLO and Lenovo XCC expose none: their operators enrol the certificates beforehand and deploy with
+/// `skip_secure_boot_certificates`.
+async fn check_key_databases(client: &BmcClient) -> Result<(), ApiError> {
+    const NEEDED: [(&str, bool); 4] = [("PK", true), ("KEK", true), ("db", true), ("dbx", false)];
+    let refuse = |why: String| {
+        ApiError::unprocessable(
+            "secure_boot_keys_not_writable",
+            "skip_secure_boot_certificates",
+            format!(
+                "{why}, so the IncusOS secure boot certificates cannot be enrolled through Redfish; enrol them \
+                 beforehand and set skip_secure_boot_certificates"
+            ),
+        )
+    };
+    let listed = match client.key_database_access().await {
+        Ok(KeyDatabaseAccess::Listed(listed)) => listed,
+        Ok(KeyDatabaseAccess::NoDatabasesLink) => {
+            return Err(refuse(
+                "the BMC does not expose the UEFI key databases (its SecureBoot resource has no \
+                 SecureBootDatabases link)"
+                    .into(),
+            ));
+        }
+        Err(e) if e.class() == ErrorClass::Unsupported => {
+            return Err(refuse(format!("the BMC does not expose secure boot ({e})")));
+        }
+        Err(e) => return Err(bmc_read_error(e)),
+    };
+    let mut missing = Vec::new();
+    for (name, enrolled_into) in NEEDED {
+        match listed.iter().find(|d| d.database_id == name) {
+            None => missing.push(format!("no key database {name}")),
+            Some(d) if enrolled_into && !d.certificates => {
+                missing.push(format!("no Certificates collection on key database {name}"))
+            }
+            Some(_) => {}
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(refuse(format!("the BMC has {}", missing.join(", "))))
+    }
+}
+
+/// Reads the BMC's virtual media: the named device, else the first CD/DVD slot (system before manager), else
+/// any slot. Only a BMC with no virtual media at all is rejected.
+async fn select_slot(client: &BmcClient, device: Option<&str>) -> Result<MediaSlot, ApiError> {
     let no_media = || {
         ApiError::unprocessable(
             "no_virtual_media",
@@ -467,8 +530,7 @@ async fn select_slot(state: &AppState, server: &Server, device: Option<&str>) ->
     };
     let bmc_error = |e: racklift_redfish::Error| match e.class() {
         ErrorClass::Unsupported => no_media(),
-        ErrorClass::Auth => ApiError::unprocessable("bmc_auth_failed", "bmc_username", e.to_string()),
-        _ => ApiError::new(StatusCode::BAD_GATEWAY, "bmc_unreachable", e.to_string()).field("bmc_address"),
+        _ => bmc_read_error(e),
     };
     if let Some(device) = device {
         let slots = client.list_virtual_media().await.map_err(bmc_error)?;

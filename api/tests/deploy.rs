@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{ADMIN, Api, OPERATOR, catalog, code, field, set_public_address};
+use common::{ADMIN, Api, OPERATOR, catalog, code, deploy_catalog, field, set_public_address};
 use racklift_bmc_sim::{Personality, PersonalityChoice, Sim, SimConfig, SimHandle};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -343,4 +343,134 @@ async fn deploy_snapshots_the_matching_bios_profile_names() {
     assert_eq!(server["deployment"]["bios_profiles"], expected, "{server}");
     api.stop().await;
     sim.shutdown().await;
+}
+
+/// The pre-flight reads the BMC's secure boot: where the key databases are not exposed (HPE iLO and
+/// Lenovo XCC, and a BMC with no SecureBoot resource at all) a deployment that would enrol certificates is
+/// refused up front, naming `skip_secure_boot_certificates`; with the flag, or where the databases are
+/// writable, it is accepted.
+#[tokio::test]
+async fn preflight_refuses_key_databases_redfish_cannot_write() {
+    let api = Api::start().await;
+    set_public_address(&api).await;
+    let sim = Sim::start(SimConfig::new(5, PersonalityChoice::Mix).with_time_scale(0.001))
+        .await
+        .expect("simulator");
+    let (token, _) = deploy_catalog(&api, 4096).await;
+    let (user, pass) = sim.credentials();
+    let password = api.password_file(pass);
+    let mut servers = Vec::new();
+    for i in 0..sim.len() {
+        let name = format!("sb-{}", sim.personality(i).as_str());
+        let server = json!({ "name": name, "bmc_address": sim.bmc_url(i), "bmc_username": user,
+                             "bmc_password_ref": password, "allow_plain_http": true });
+        let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(server)).await;
+        assert_eq!(s, 201, "{v}");
+        servers.push((sim.personality(i), name));
+    }
+    let no_secure_boot = no_secure_boot_bmc().await;
+    let server = json!({ "name": "sb-none", "bmc_address": no_secure_boot, "bmc_username": "u",
+                         "bmc_password_ref": password, "allow_plain_http": true });
+    assert_eq!(
+        api.call(Method::POST, "/1.0/servers", ADMIN, Some(server))
+            .await
+            .0,
+        201
+    );
+
+    let name = |p: Personality| {
+        servers
+            .iter()
+            .find(|(q, _)| *q == p)
+            .map(|(_, n)| n.as_str())
+            .unwrap()
+    };
+    // (server, skip_secure_boot_certificates, status, what the refusal says); each server is accepted once.
+    let cases: [(&str, bool, u16, Option<&str>); 9] = [
+        (name(Personality::Hpe), false, 422, Some("SecureBootDatabases")),
+        (name(Personality::Lenovo), false, 422, Some("SecureBootDatabases")),
+        ("sb-none", false, 422, Some("does not expose secure boot")),
+        (name(Personality::Generic), false, 202, None),
+        (name(Personality::Dell), false, 202, None),
+        (name(Personality::Supermicro), false, 202, None),
+        (name(Personality::Hpe), true, 202, None),
+        (name(Personality::Lenovo), true, 202, None),
+        ("sb-none", true, 202, None),
+    ];
+    for (server, skip, status, says) in cases {
+        let body = json!({ "token": token, "seed": "web", "skip_secure_boot_certificates": skip });
+        let (s, v) = deploy(&api, server, body, None).await;
+        assert_eq!(s, status, "{server} skip={skip}: {v}");
+        if let Some(says) = says {
+            assert_eq!(
+                (code(&v), field(&v)),
+                (
+                    "secure_boot_keys_not_writable",
+                    Some("skip_secure_boot_certificates")
+                ),
+                "{server}: {v}"
+            );
+            let message = v["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains(says) && message.contains("skip_secure_boot_certificates"),
+                "{server}: {v}"
+            );
+        } else {
+            // The snapshot carries the shipped IncusOS certificates and the built-in allow lists.
+            let id = v["id"].as_i64().expect("a deployment id");
+            let (plan,): (Value,) = sqlx::query_as("SELECT plan FROM deployments WHERE id = $1")
+                .bind(id)
+                .fetch_one(&api.db.pool)
+                .await
+                .unwrap();
+            let sb = &plan["secure_boot"];
+            let count = |v: &Value| v.as_array().map_or(0, Vec::len);
+            assert_eq!(
+                [
+                    count(&sb["incusos"]["PK"]),
+                    count(&sb["incusos"]["KEK"]),
+                    count(&sb["incusos"]["db"])
+                ],
+                [1, 1, 2],
+                "{server}: {plan}"
+            );
+            assert!(sb["incusos"].get("dbx").is_none(), "{plan}");
+            assert_eq!(
+                [count(&sb["allow"]["KEK"]), count(&sb["allow"]["db"])],
+                [2, 3],
+                "{plan}"
+            );
+        }
+    }
+    api.stop().await;
+    sim.shutdown().await;
+}
+
+/// A Redfish service with one system, one CD slot and no SecureBoot resource (like sushy-tools).
+async fn no_secure_boot_bmc() -> String {
+    use axum::extract::Request;
+    let app = axum::Router::new().fallback(|req: Request| async move {
+        let sys = "/redfish/v1/Systems/1";
+        let body = match req.uri().path().trim_end_matches('/') {
+            "/redfish/v1" => {
+                json!({ "@odata.id": "/redfish/v1", "Systems": { "@odata.id": "/redfish/v1/Systems" } })
+            }
+            "/redfish/v1/Systems" => json!({ "@odata.id": "/redfish/v1/Systems",
+                "Members": [{ "@odata.id": sys }], "Members@odata.count": 1 }),
+            "/redfish/v1/Systems/1" => json!({ "@odata.id": sys, "Id": "1",
+                "VirtualMedia": { "@odata.id": format!("{sys}/VirtualMedia") } }),
+            "/redfish/v1/Systems/1/VirtualMedia" => json!({ "@odata.id": format!("{sys}/VirtualMedia"),
+                "Members": [{ "@odata.id": format!("{sys}/VirtualMedia/CD1") }], "Members@odata.count": 1 }),
+            "/redfish/v1/Systems/1/VirtualMedia/CD1" => {
+                json!({ "@odata.id": format!("{sys}/VirtualMedia/CD1"),
+                "Id": "CD1", "MediaTypes": ["CD", "DVD"], "Inserted": false })
+            }
+            _ => return (axum::http::StatusCode::NOT_FOUND, axum::Json(json!({}))),
+        };
+        (axum::http::StatusCode::OK, axum::Json(body))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
 }

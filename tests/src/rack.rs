@@ -135,7 +135,7 @@ impl Rack {
         let step = DeployStep {
             store: store.clone(),
             config: Arc::new(config),
-            certificates: Arc::new(Default::default()),
+            certificates: Arc::new(racklift_deploy::certificates::CertificateSet::incusos()),
             clients: ClientCache::new(access),
         };
         let pool = WorkerPool::new(

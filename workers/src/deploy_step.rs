@@ -6,12 +6,12 @@
 //! deployment's `seq` and the job's token. So a transition costs at most two transactions, and a worker that
 //! lost its lease writes nothing.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use racklift_deploy::facts::{CancelRequest, Fingerprint, MediaProgress};
+use racklift_deploy::certificates::CertificateSet;
+use racklift_deploy::facts::{CancelRequest, MediaProgress};
 use racklift_deploy::{Action, Config, Decision, Deployment, Facts, Jitter, Terminal, apply_outcome, decide};
 use racklift_queue::{Failure, HandlerResult, JobContext, JobRef, Outcome, Queue, RunAt};
 use racklift_redfish::{BmcClient, SlotRef};
@@ -26,8 +26,8 @@ use crate::deploy_bmc::{self, ActContext};
 pub struct DeployStep {
     pub store: Store,
     pub config: Arc<Config>,
-    /// PEMs of the IncusOS certificates secure boot enrolls, by fingerprint.
-    pub certificates: Arc<BTreeMap<Fingerprint, String>>,
+    /// The IncusOS certificates secure boot enrolls ([`CertificateSet::incusos`] in production).
+    pub certificates: Arc<CertificateSet>,
     /// BMC clients kept across leases (connection pools, discovered resource paths).
     pub clients: racklift_bmc_access::ClientCache,
 }
@@ -205,7 +205,7 @@ impl DeployStep {
                         }
                     };
                     let act_ctx = ActContext {
-                        certificates: (*self.certificates).clone(),
+                        certificates: self.certificates.clone(),
                         deadline: Some(deadline),
                     };
                     let started = Instant::now();

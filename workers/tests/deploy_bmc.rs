@@ -1,13 +1,16 @@
 //! `deploy_bmc` against the BMC simulator, one test per vendor personality: observation,
 //! each kind of action, and how BMC failures become state-machine outcomes.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use racklift_bmc_sim::{Faults, Personality, PersonalityChoice, Sim, SimConfig, SimHandle};
+use racklift_deploy::certificates::{CertificateSet, INCUSOS};
 use racklift_deploy::facts::{AttrValue, Fingerprint, KeyDb, PowerState, TaskState};
-use racklift_deploy::record::BiosPlan;
-use racklift_deploy::secure_boot::DbPlan;
+use racklift_deploy::record::{BiosPlan, SecureBootPlan};
+use racklift_deploy::secure_boot::plan_enrollment;
 use racklift_deploy::{
     Action, Config, Decision, Deployment, Jitter, Machine, Outcome, Plan, State, apply_outcome, decide,
 };
@@ -85,14 +88,10 @@ async fn act_ok(c: &BmcClient, slot: &SlotRef, action: Action, ctx: &ActContext)
     assert!(acted.outcome.is_success(), "{action:?}: {acted:?}");
 }
 
-fn pem(label: &str) -> String {
-    format!("-----BEGIN CERTIFICATE-----\nUkFDS0xJRlQ{label}\n-----END CERTIFICATE-----\n")
-}
-
 async fn scenario(personality: Personality) {
     let sim = start(personality).await;
     let c = client(&sim);
-    let ctx = ActContext::default();
+    let ctx = shipped_ctx();
 
     let first = observe(&c, None, &Want::ALL).await;
     assert!(first.errors.is_empty(), "{personality:?}: {:?}", first.errors);
@@ -193,7 +192,7 @@ async fn scenario(personality: Personality) {
     assert_eq!(acted.error.as_ref().and_then(|f| f.status), Some(401));
     assert!(!format!("{acted:?}").contains(PASSWORD_PROBE));
 
-    secure_boot(personality, &c, &slot).await;
+    secure_boot(personality, &sim, &c, &slot).await;
 }
 
 fn assert_fatal(acted: &Acted, class: &str, prefix: &str) {
@@ -208,49 +207,153 @@ fn assert_fatal(acted: &Acted, class: &str, prefix: &str) {
     );
 }
 
-/// Enrols one certificate and then drops the vendor's entries from db; where the BMC has no
-/// key databases (HPE, Lenovo) the enrolment is fatal.
-async fn secure_boot(personality: Personality, c: &BmcClient, slot: &SlotRef) {
-    let ours = pem("T3Vycw");
-    let ours_fp = fingerprint_pem(&ours);
-    let mut ctx = ActContext::default();
-    let dbs = observe(c, Some(slot), &Want::ALL).await.facts.key_dbs;
-    let has_dbs = !matches!(personality, Personality::Hpe | Personality::Lenovo);
-    assert_eq!(!dbs.is_empty(), has_dbs, "{personality:?}: {dbs:?}");
-    let vendor = dbs.get(&KeyDb::Db).cloned().unwrap_or_default();
-    let enroll = |keep: Vec<Fingerprint>| Action::EnrollSecureBoot {
-        dbs: vec![(
-            KeyDb::Db,
-            DbPlan::Reinitialise {
-                keep,
-                enroll: vec![ours_fp.clone()],
-            },
-        )],
-    };
+/// The shipped IncusOS certificates, as the workers run with them.
+fn shipped_ctx() -> ActContext {
+    ActContext::new(Arc::new(CertificateSet::incusos()))
+}
 
-    let acted = act(c, slot, &enroll(vendor.clone()), &ctx).await;
-    assert_fatal(&acted, "client", "enroll secure boot keys: ");
-    ctx.certificates.insert(ours_fp.clone(), ours.clone());
+/// The fingerprints a database holds, as a set.
+fn held(o: &Observed, db: KeyDb) -> BTreeSet<Fingerprint> {
+    o.facts.key_dbs.get(&db).into_iter().flatten().cloned().collect()
+}
+
+/// The mutations the BMC received after the first `skip`, as "METHOD path".
+fn mutations_since(sim: &SimHandle, skip: usize) -> Vec<String> {
+    sim.audit(0).mutation_log[skip..]
+        .iter()
+        .map(|m| format!("{} {}", m.method, m.path))
+        .collect()
+}
+
+/// Enrols the shipped set the way the secure boot state does (judged from a fresh observation), then
+/// rewrites db alone after it was tampered with. Where the BMC has no key databases (HPE, Lenovo) the
+/// enrolment is fatal before any mutation; a worker lacking a PEM the plan needs refuses before any too.
+async fn secure_boot(personality: Personality, sim: &SimHandle, c: &BmcClient, slot: &SlotRef) {
+    let shipped = CertificateSet::incusos();
+    let plan = SecureBootPlan::new(&shipped, &[]);
+    let keys = plan.incusos_keys().expect("the shipped keys");
+    let ctx = shipped_ctx();
+    let before = observe(c, Some(slot), &Want::ALL).await;
+    let has_dbs = !matches!(personality, Personality::Hpe | Personality::Lenovo);
+    assert_eq!(
+        !before.facts.key_dbs.is_empty(),
+        has_dbs,
+        "{personality:?}: {before:?}"
+    );
+    let enrollment = plan_enrollment(&before.facts.key_dbs, &keys, &plan.allow);
+    let mark = sim.audit(0).mutation_log.len();
     if !has_dbs {
-        assert_fatal(
-            &act(c, slot, &enroll(vec![]), &ctx).await,
-            "unsupported",
-            "enroll",
+        let acted = act(c, slot, &Action::EnrollSecureBoot { enrollment }, &ctx).await;
+        assert_fatal(&acted, "unsupported", "enroll secure boot keys: ");
+        assert_eq!(
+            mutations_since(sim, mark),
+            Vec::<String>::new(),
+            "{personality:?}"
         );
         return;
     }
-    act_ok(c, slot, enroll(vendor.clone()), &ctx).await;
-    let mut both = vendor.clone();
-    both.push(ours_fp.clone());
-    let db = |o: &Observed| o.facts.key_dbs.get(&KeyDb::Db).cloned().unwrap_or_default();
-    let got = db(&observe(c, Some(slot), &Want::ALL).await);
-    assert_eq!(got.len(), both.len(), "{personality:?}: {got:?}");
-    assert!(both.iter().all(|f| got.contains(f)));
+    let fp = fingerprint_pem;
+    let microsoft_kek = fp(racklift_bmc_sim::MICROSOFT_KEK_CA_2011);
+    let microsoft_uefi = fp(racklift_bmc_sim::MICROSOFT_UEFI_CA_2011);
+    let windows_pca = fp(racklift_bmc_sim::MICROSOFT_WINDOWS_PCA_2011);
+    assert!(
+        held(&before, KeyDb::Db).contains(&windows_pca),
+        "{personality:?}: factory db"
+    );
 
-    // A replay keeps the one copy; then everything but ours goes.
-    act_ok(c, slot, enroll(vec![ours_fp.clone()]), &ctx).await;
-    let got = db(&observe(c, Some(slot), &Want::ALL).await);
-    assert_eq!(got, vec![ours_fp], "{personality:?}");
+    // A worker without the 2026 db certificate refuses before touching anything.
+    let partial = CertificateSet::from_pems(
+        INCUSOS
+            .iter()
+            .filter(|c| c.name != "incusos-secureboot-DB-2026-R1")
+            .map(|c| (c.db, c.name, c.pem)),
+    )
+    .expect("PK, KEK and db are still there");
+    let action = Action::EnrollSecureBoot {
+        enrollment: enrollment.clone(),
+    };
+    let acted = act(c, slot, &action, &ActContext::new(Arc::new(partial))).await;
+    assert_fatal(&acted, "client", "enroll secure boot keys: no PEM supplied");
+    assert_eq!(
+        mutations_since(sim, mark),
+        Vec::<String>::new(),
+        "{personality:?}"
+    );
+
+    act_ok(c, slot, action.clone(), &ctx).await;
+    let after = observe(c, Some(slot), &Want::ALL).await;
+    let incusos = |db| keys.get(db).clone();
+    let with = |db, extra: &[&Fingerprint]| -> BTreeSet<Fingerprint> {
+        incusos(db)
+            .into_iter()
+            .chain(extra.iter().map(|f| (*f).clone()))
+            .collect()
+    };
+    assert_eq!(held(&after, KeyDb::PK), incusos(KeyDb::PK), "{personality:?}: PK");
+    assert_eq!(
+        held(&after, KeyDb::KEK),
+        with(KeyDb::KEK, &[&microsoft_kek]),
+        "{personality:?}: KEK"
+    );
+    assert_eq!(
+        held(&after, KeyDb::Db),
+        with(KeyDb::Db, &[&microsoft_uefi]),
+        "{personality:?}: db"
+    );
+    assert_eq!(held(&after, KeyDb::Dbx), BTreeSet::new(), "{personality:?}: dbx");
+    assert_eq!(
+        sim.secure_boot_mode(0),
+        "UserMode",
+        "{personality:?}: a PK was enrolled"
+    );
+    assert!(plan_enrollment(&after.facts.key_dbs, &keys, &plan.allow).is_empty());
+
+    // A replay of the same enrolment finds nothing left to do.
+    let mark = sim.audit(0).mutation_log.len();
+    act_ok(c, slot, action, &ctx).await;
+    assert_eq!(
+        mutations_since(sim, mark),
+        Vec::<String>::new(),
+        "{personality:?}: replay"
+    );
+
+    // Someone adds the Windows PCA back to db: only db is judged wrong, and only db is written.
+    c.enroll_certificate("db", racklift_bmc_sim::MICROSOFT_WINDOWS_PCA_2011)
+        .await
+        .expect("enrol into db");
+    let tampered = observe(c, Some(slot), &Want::ALL).await;
+    let enrollment = plan_enrollment(&tampered.facts.key_dbs, &keys, &plan.allow);
+    let written: Vec<KeyDb> = enrollment.dbs().iter().map(|(db, _)| *db).collect();
+    assert_eq!(written, [KeyDb::Db], "{personality:?}");
+    let mark = sim.audit(0).mutation_log.len();
+    act_ok(c, slot, Action::EnrollSecureBoot { enrollment }, &ctx).await;
+    let touched = mutations_since(sim, mark);
+    assert_eq!(
+        touched.len(),
+        1,
+        "{personality:?}: one DELETE of the PCA: {touched:?}"
+    );
+    assert!(
+        touched[0].starts_with("DELETE ") && touched[0].contains("/db/Certificates/"),
+        "{touched:?}"
+    );
+    assert!(
+        touched
+            .iter()
+            .all(|m| !m.contains("/KEK/") && !m.contains("/PK/")),
+        "{touched:?}"
+    );
+    let fixed = observe(c, Some(slot), &Want::ALL).await;
+    assert_eq!(
+        held(&fixed, KeyDb::Db),
+        with(KeyDb::Db, &[&microsoft_uefi]),
+        "{personality:?}"
+    );
+    assert_eq!(
+        held(&fixed, KeyDb::KEK),
+        with(KeyDb::KEK, &[&microsoft_kek]),
+        "{personality:?}"
+    );
 }
 
 #[tokio::test]
@@ -333,7 +436,7 @@ fn wants_and_fingerprints() {
 async fn bios_pass(personality: Personality) {
     let sim = start(personality).await;
     let c = client(&sim);
-    let ctx = ActContext::default();
+    let ctx = shipped_ctx();
     let cfg = Config::default();
     let slot = observe(&c, None, &Want::default()).await.slot.expect("slot");
     let plan = Plan {
@@ -471,11 +574,11 @@ async fn a_hanging_bmc_is_a_deadline_expiry() {
         },
     );
     let short_call = c.with_deadline(Duration::from_millis(200));
-    let acted = act(&short_call, &slot, &Action::PowerOff, &ActContext::default()).await;
+    let acted = act(&short_call, &slot, &Action::PowerOff, &shipped_ctx()).await;
     assert_eq!(acted.outcome, Outcome::DeadlineExpired, "{acted:?}");
     let short_action = ActContext {
         deadline: Some(Duration::from_millis(200)),
-        ..Default::default()
+        ..shipped_ctx()
     };
     let acted = act(&c, &slot, &Action::DetachMedia, &short_action).await;
     assert_eq!(acted.outcome, Outcome::DeadlineExpired, "{acted:?}");

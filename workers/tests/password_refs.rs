@@ -82,7 +82,7 @@ async fn the_worker_refuses_stored_references_outside_the_rules() {
     let step = DeployStep {
         store: store.clone(),
         config: Arc::new(racklift_deploy::Config::for_simulation(0.01)),
-        certificates: Arc::new(Default::default()),
+        certificates: Arc::new(racklift_deploy::certificates::CertificateSet::incusos()),
         clients: ClientCache::new(policy),
     };
     let pool = WorkerPool::new(

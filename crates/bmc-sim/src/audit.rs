@@ -1,4 +1,5 @@
-//! Per-BMC audits: the highest number of concurrent requests, and fencing of mutations.
+//! Per-BMC audits: the highest number of concurrent requests, fencing of mutations, and the
+//! mutations themselves (method and path, in order), so a test can say what was never touched.
 //!
 //! racklift sends its lease token in `X-Racklift-Fence` on every BMC request. A mutation
 //! carrying a token lower than one this BMC already accepted is a *stale mutation*: a worker
@@ -21,6 +22,16 @@ pub struct StaleMutation {
     pub highest_seen: u64,
 }
 
+/// One mutation as the BMC received it.
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Mutation {
+    pub method: String,
+    pub path: String,
+}
+
+/// The mutations an audit keeps; older ones are dropped first (and counted in `mutations`).
+pub const MUTATION_LOG_CAP: usize = 4096;
+
 /// Snapshot returned by `GET /control/servers/<name>/audit` and [`crate::SimHandle::audit`].
 #[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct AuditReport {
@@ -34,6 +45,9 @@ pub struct AuditReport {
     pub unfenced_mutations: u64,
     pub highest_fence: Option<u64>,
     pub stale_mutations: Vec<StaleMutation>,
+    /// The last [`MUTATION_LOG_CAP`] mutations, oldest first.
+    #[serde(default)]
+    pub mutation_log: Vec<Mutation>,
 }
 
 #[derive(Default)]
@@ -42,6 +56,7 @@ struct Fences {
     fenced: u64,
     unfenced: u64,
     stale: Vec<StaleMutation>,
+    log: std::collections::VecDeque<Mutation>,
 }
 
 /// The audit state of one BMC.
@@ -75,6 +90,13 @@ impl Audit {
     pub fn mutation(&self, method: &str, path: &str, fence: Option<&str>) {
         let token = fence.and_then(|f| f.trim().parse::<u64>().ok());
         let mut f = self.fences.lock().unwrap_or_else(|e| e.into_inner());
+        if f.log.len() == MUTATION_LOG_CAP {
+            f.log.pop_front();
+        }
+        f.log.push_back(Mutation {
+            method: method.to_owned(),
+            path: path.to_owned(),
+        });
         match token {
             None => f.unfenced += 1,
             Some(token) => {
@@ -103,6 +125,7 @@ impl Audit {
             unfenced_mutations: f.unfenced,
             highest_fence: f.highest,
             stale_mutations: f.stale.clone(),
+            mutation_log: f.log.iter().cloned().collect(),
         }
     }
 

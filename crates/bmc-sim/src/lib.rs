@@ -47,10 +47,11 @@ use std::time::Instant;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use audit::{AuditReport, FENCE_HEADER, StaleMutation};
+pub use audit::{AuditReport, FENCE_HEADER, MUTATION_LOG_CAP, Mutation, StaleMutation};
 pub use config::{Personality, PersonalityChoice, SimConfig, Timings, UnknownPersonality};
 pub use faults::Faults;
 pub use routes::metadata_document;
+pub use secure_boot::{MICROSOFT_KEK_CA_2011, MICROSOFT_UEFI_CA_2011, MICROSOFT_WINDOWS_PCA_2011};
 
 use bmc::{Bmc, Shared};
 use clock::Clock;
@@ -230,6 +231,26 @@ impl SimHandle {
     /// The machine truth of server `i` (same JSON as `GET /control/servers/<name>/truth`).
     pub fn truth(&self, i: usize) -> serde_json::Value {
         self.fleet.bmcs[i].machine().truth(Instant::now())
+    }
+
+    /// What the key databases PK, KEK, db and dbx of server `i` hold: the PEM of each certificate
+    /// and the hex of each signature, in the order the firmware lists them.
+    pub fn key_databases(&self, i: usize) -> std::collections::BTreeMap<String, Vec<String>> {
+        let m = self.fleet.bmcs[i].machine();
+        secure_boot::DATABASES[..4]
+            .iter()
+            .zip(&m.secure_boot.dbs)
+            .map(|(name, db)| {
+                let certs = db.certs.iter().map(|c| c.pem.clone());
+                let sigs = db.sigs.iter().map(|s| s.hash_hex.clone());
+                ((*name).to_owned(), certs.chain(sigs).collect())
+            })
+            .collect()
+    }
+
+    /// The secure boot mode of server `i` (`SetupMode`, `UserMode`, `DeployedMode`).
+    pub fn secure_boot_mode(&self, i: usize) -> &'static str {
+        self.fleet.bmcs[i].machine().secure_boot.mode
     }
 
     /// The audit of BMC `i`.

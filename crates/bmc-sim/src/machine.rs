@@ -322,7 +322,7 @@ impl Machine {
                 mode: "UEFI".to_owned(),
             },
             bios: Bios::new(),
-            secure_boot: SecureBoot::new(profile.secure_boot_initial_mode),
+            secure_boot: SecureBoot::new(profile.secure_boot_initial_mode, profile.platform_key),
             media: vec![MediaSlot::default(); profile.slots.len()],
             phase: OsPhase::Down,
             os: OsState {

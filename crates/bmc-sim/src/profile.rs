@@ -75,6 +75,8 @@ pub struct Profile {
     pub secure_boot_task: bool,
     /// The firmware reboots once on its own during the POST after a key change.
     pub secure_boot_self_reboot: bool,
+    /// The vendor's factory PK (PEM); a real server ships with its maker's platform key.
+    pub platform_key: &'static str,
     pub slots: Vec<SlotSpec>,
     /// Where the System's `VirtualMedia` link points, if it has one.
     pub system_media_link: Option<String>,
@@ -184,6 +186,7 @@ impl Profile {
             reset_keys_listed: true,
             secure_boot_task: false,
             secure_boot_self_reboot: true,
+            platform_key: include_str!("../certs/vendor-pk-generic.pem"),
             slots: Vec::new(),
             system_media_link: None,
             manager_media_link: None,
@@ -207,6 +210,7 @@ impl Profile {
                 p.system_media_link = Some(format!("{sys}/VirtualMedia"));
             }
             Personality::Dell => {
+                p.platform_key = include_str!("../certs/vendor-pk-dell.pem");
                 p.manufacturer = "Dell Inc.";
                 p.model = "PowerEdge R750";
                 p.bios_apply_times = &[
@@ -231,6 +235,7 @@ impl Profile {
                 p.stale_inserted_after_eject = true;
             }
             Personality::Hpe => {
+                p.platform_key = include_str!("../certs/vendor-pk-hpe.pem");
                 p.manufacturer = "HPE";
                 p.model = "ProLiant DL385 Gen10 Plus v2";
                 p.bios_path = "/redfish/v1/systems/1/bios".to_owned();
@@ -254,6 +259,7 @@ impl Profile {
                 p.manager_media_link = Some(format!("{mgr}/VirtualMedia"));
             }
             Personality::Lenovo => {
+                p.platform_key = include_str!("../certs/vendor-pk-lenovo.pem");
                 p.manufacturer = "Lenovo";
                 p.model = "ThinkSystem SR670 V2";
                 p.bios_settings_path = format!("{sys}/Bios/Pending");
@@ -278,6 +284,7 @@ impl Profile {
                 p.media_read = MediaRead::StreamSpread;
             }
             Personality::Supermicro => {
+                p.platform_key = include_str!("../certs/vendor-pk-supermicro.pem");
                 p.manufacturer = "Supermicro";
                 p.model = "SYS-821GE-TNHR";
                 p.bios_settings_path = format!("{sys}/Bios/SD");

@@ -199,7 +199,7 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
     let step = DeployStep {
         store: store.clone(),
         config: Arc::new(deploy_config),
-        certificates: Arc::new(Default::default()),
+        certificates: Arc::new(racklift_deploy::certificates::CertificateSet::incusos()),
         clients: racklift_bmc_access::ClientCache::new(access),
     };
     let workers = tokio::spawn(
@@ -245,11 +245,18 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
     );
     println!("  export RACKLIFT_TOKEN=...   # the admin token above");
     println!("  racklift server list");
+    // The pre-flight refuses an HPE-like or Lenovo-like server without the flag, so the hint carries it there.
+    let first_skips = racklift_api::demo::skips_secure_boot_certificates(sim.personality(0).as_str());
     println!(
-        "  racklift server deploy {} --token {} --seed {} --wait",
+        "  racklift server deploy {} --token {} --seed {}{} --wait",
         sim.name(0),
         catalog.token,
-        catalog.seed
+        catalog.seed,
+        if first_skips {
+            " --skip-secure-boot-certificates"
+        } else {
+            ""
+        }
     );
     println!(
         "  racklift server deploy --all --filter vendor=hpe --filter vendor=lenovo --skip-secure-boot-certificates \\\n      --token {} --seed {} --yes   # BMCs whose key databases Redfish cannot write",

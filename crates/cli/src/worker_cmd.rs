@@ -87,7 +87,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let step = racklift_workers::DeployStep {
         store: store.clone(),
         config: std::sync::Arc::new(settings.deploy.clone()),
-        certificates: std::sync::Arc::new(Default::default()),
+        certificates: std::sync::Arc::new(racklift_deploy::certificates::CertificateSet::incusos()),
         clients: racklift_bmc_access::ClientCache::new(access),
     };
     let registry = racklift_workers::full_registry(step);

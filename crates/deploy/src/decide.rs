@@ -305,14 +305,25 @@ fn decide_trigger(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Ste
             Action::ApplyBios { deferred, attributes }
         }
         State::SecureBoot => {
-            let dbs = secure_boot::plan_enrollment(&facts.key_dbs, &d.plan.secure_boot);
-            if dbs.is_empty() {
+            // A snapshot without IncusOS certificates would have every entry deleted and nothing
+            // enrolled: it fails here, before the BMC sees a request, and no retry can fix it.
+            let incusos = match d.plan.secure_boot.incusos_keys() {
+                Ok(keys) => keys,
+                Err(e) => {
+                    let error = format!("secure boot certificates: {e}");
+                    next.record_error(&error);
+                    return fail(next, Cause::NonRetryable, Some(error), now);
+                }
+            };
+            let enrollment =
+                secure_boot::plan_enrollment(&facts.key_dbs, &incusos, &d.plan.secure_boot.allow);
+            if enrollment.is_empty() {
                 return advance(next, Cause::CertificatesCorrect, now);
             }
             // Persisted before the writes: a wipe cut short looks like a no-op afterwards, yet
             // the firmware still needs its settle boot.
             next.secure_boot_written = true;
-            Action::EnrollSecureBoot { dbs }
+            Action::EnrollSecureBoot { enrollment }
         }
         State::ClearMedia => Action::ClearMedia,
         State::AttachMedia => Action::AttachMedia {

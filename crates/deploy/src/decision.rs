@@ -3,9 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Time;
-use crate::facts::{AttrValue, KeyDb};
+use crate::facts::AttrValue;
 use crate::record::Machine;
-use crate::secure_boot::DbPlan;
+use crate::secure_boot::Enrollment;
 use crate::table::State;
 
 /// A BMC (or media server) side effect, stated as desired state so it is safe to re-issue.
@@ -22,8 +22,8 @@ pub enum Action {
         deferred: bool,
         attributes: Vec<(String, AttrValue)>,
     },
-    /// Rewrite the key databases that are not correct; the others are absent from `dbs`.
-    EnrollSecureBoot { dbs: Vec<(KeyDb, DbPlan)> },
+    /// Rewrite the key databases that are not correct; the others are absent from it.
+    EnrollSecureBoot { enrollment: Enrollment },
     /// Eject whatever an earlier run left in the selected device.
     ClearMedia,
     /// Insert the installation media and point the next boot at it.

@@ -12,6 +12,8 @@
 //! - [`rolling`]: the rolling update / reboot table.
 //! - [`mermaid`]: the diagrams generated from the tables.
 //! - [`triage`]: where a failed deployment may be resumed, and how overdue a live one is.
+//! - [`certificates`], [`secure_boot`]: the shipped secure boot certificates, and judging the key
+//!   databases against them.
 //!
 //! A worker's lease, in outline (observation, persistence and the BMC call are the worker's):
 //!
@@ -40,6 +42,7 @@
 //! ```
 
 pub mod bios;
+pub mod certificates;
 pub mod config;
 mod decide;
 pub mod decision;

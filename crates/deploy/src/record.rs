@@ -23,11 +23,14 @@ pub struct BiosPlan {
     pub deferred_attributes: BTreeMap<String, AttrValue>,
 }
 
-/// What the key databases must hold.
+/// What the key databases must hold. Built by [`SecureBootPlan::new`] from a certificate set; the
+/// fields stay plain data because a stored snapshot is whatever the database holds, and an
+/// enrolment takes them only through [`SecureBootPlan::incusos_keys`], which refuses an empty
+/// PK, KEK or db.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SecureBootPlan {
-    /// The IncusOS certificates each database must contain.
+    /// Fingerprints of the IncusOS certificates each database must contain; dbx has none today.
     pub incusos: BTreeMap<KeyDb, BTreeSet<Fingerprint>>,
     /// Entries allowed to stay, already layered (see [`crate::secure_boot::layer_allow_lists`]).
     pub allow: BTreeMap<KeyDb, BTreeSet<Fingerprint>>,

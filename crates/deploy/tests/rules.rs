@@ -408,10 +408,10 @@ fn secure_boot_writes_only_wrong_databases_and_marks_it_first() {
     assert!(step.machine.secure_boot_written && step.changed);
     match step.decision {
         Decision::Act {
-            action: Action::EnrollSecureBoot { dbs },
+            action: Action::EnrollSecureBoot { enrollment },
             ..
         } => {
-            let names: Vec<KeyDb> = dbs.iter().map(|(db, _)| *db).collect();
+            let names: Vec<KeyDb> = enrollment.dbs().iter().map(|(db, _)| *db).collect();
             assert_eq!(
                 names,
                 vec![KeyDb::KEK, KeyDb::Dbx],
@@ -420,6 +420,56 @@ fn secure_boot_writes_only_wrong_databases_and_marks_it_first() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// A plan snapshot without IncusOS certificates for PK, KEK or db (stored before they were
+/// shipped, or written past the API) fails the deployment in the secure boot state without an
+/// action: whatever the BMC holds, nothing is asked of it. An empty dbx set is fine.
+#[test]
+fn secure_boot_refuses_a_plan_without_incusos_certificates_before_any_bmc_call() {
+    let facts_cases = [
+        ("correct databases", correct_key_dbs()),
+        ("unreadable databases", Default::default()),
+    ];
+    for missing in [KeyDb::PK, KeyDb::KEK, KeyDb::Db] {
+        for (facts_name, key_dbs) in &facts_cases {
+            let mut d = at_state(State::SecureBoot, 100);
+            d.plan.secure_boot.incusos.remove(&missing);
+            let facts = Facts {
+                key_dbs: key_dbs.clone(),
+                ..off()
+            };
+            let step = decide(&d, &facts, t(100), &cfg());
+            let case = format!("{missing:?} missing, {facts_name}");
+            assert_eq!(step.decision, Decision::Finished(Terminal::Failed), "{case}");
+            assert!(!step.machine.secure_boot_written, "{case}");
+            let failure = step.machine.failure.expect("a failure");
+            assert_eq!(
+                (failure.state, failure.cause),
+                (State::SecureBoot, Cause::NonRetryable),
+                "{case}"
+            );
+            assert!(
+                failure
+                    .error
+                    .as_deref()
+                    .is_some_and(|e| e.contains(&format!("{missing:?}"))),
+                "{case}: {failure:?}"
+            );
+        }
+    }
+    // Deliberately empty dbx: planned like any other database, no failure.
+    let mut d = at_state(State::SecureBoot, 100);
+    d.plan.secure_boot.incusos.insert(KeyDb::Dbx, Default::default());
+    let facts = Facts {
+        key_dbs: correct_key_dbs(),
+        ..off()
+    };
+    let step = decide(&d, &facts, t(100), &cfg());
+    assert_eq!(
+        step.transition.map(|tr| (tr.to, tr.cause)),
+        Some((State::ClearMedia, Cause::CertificatesCorrect))
+    );
 }
 
 #[test]

@@ -184,8 +184,8 @@ impl Server {
                     return self.task.as_ref().map(|(uri, _, _)| uri.clone());
                 }
             }
-            Action::EnrollSecureBoot { dbs } => {
-                for (db, p) in dbs {
+            Action::EnrollSecureBoot { enrollment } => {
+                for (db, p) in enrollment.dbs() {
                     if let DbPlan::Reinitialise { keep, enroll } = p {
                         let entries = self.key_dbs.entry(*db).or_default();
                         entries.retain(|f| keep.contains(f));

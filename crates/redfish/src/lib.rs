@@ -42,7 +42,10 @@ pub use media::{
 };
 pub use model::{ActionInfo, ActionParameter, ActionRef, Link, SettingsInfo};
 pub use secret::{Credentials, Secret};
-pub use secure_boot::{KeyCertificate, KeyDatabase, KeySignature, ResetKeysType, SecureBoot, SecureBootMode};
+pub use secure_boot::{
+    KeyCertificate, KeyDatabase, KeyDatabaseAccess, KeySignature, ListedDatabase, ResetKeysType, SecureBoot,
+    SecureBootMode,
+};
 pub use system::{
     BootProgress, BootProgressState, PowerOutcome, PowerState, ResetOutcome, ResetType, SystemInfo,
 };

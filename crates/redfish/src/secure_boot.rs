@@ -102,6 +102,25 @@ pub struct KeyDatabase {
     pub signatures: Vec<KeySignature>,
 }
 
+/// What [`BmcClient::key_database_access`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyDatabaseAccess {
+    /// SecureBoot has no `SecureBootDatabases` link (HPE iLO, Lenovo XCC): the key databases
+    /// cannot be read or written through Redfish.
+    NoDatabasesLink,
+    /// The PK, KEK, db and dbx resources the collection lists (the `*Default` ones left out).
+    Listed(Vec<ListedDatabase>),
+}
+
+/// One key database of the collection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedDatabase {
+    /// `DatabaseId` (else `Id`, else `Name`).
+    pub database_id: String,
+    /// It links a `Certificates` collection, which is where a certificate is enrolled.
+    pub certificates: bool,
+}
+
 /// A key database's name: `DatabaseId`, else `Id`, else `Name` (empty when it has none of them).
 pub(crate) fn database_id(db: &Map<String, Value>) -> String {
     ["DatabaseId", "Id", "Name"]
@@ -157,6 +176,32 @@ impl BmcClient {
             });
         }
         Ok(out)
+    }
+
+    /// What the BMC lets Redfish do with the key databases, from the SecureBoot resource and the
+    /// database resources alone (none of their entries): cheap enough for a pre-flight check.
+    /// `Error::Unsupported` when the system has no SecureBoot resource at all.
+    pub async fn key_database_access(&self) -> Result<KeyDatabaseAccess> {
+        self.within("key_database_access", async {
+            let sb = self.secure_boot().await?;
+            let Some(link) = sb.secure_boot_databases else {
+                return Ok(KeyDatabaseAccess::NoDatabasesLink);
+            };
+            let collection: Collection = self.get_json(&link.odata_id).await?;
+            let mut listed = Vec::new();
+            for member in collection.members {
+                let db: Map<String, Value> = self.get_json(&member.odata_id).await?;
+                let id = database_id(&db);
+                if DATABASES.contains(&id.as_str()) {
+                    listed.push(ListedDatabase {
+                        certificates: link_field(&db, "Certificates").is_some(),
+                        database_id: id,
+                    });
+                }
+            }
+            Ok(KeyDatabaseAccess::Listed(listed))
+        })
+        .await
     }
 
     /// Sends `#SecureBoot.ResetKeys` with `kind`, checked against advertised values.

@@ -1,30 +1,24 @@
 //! UEFI key databases: fingerprints of their entries and the enrolment that rewrites them.
 
+use racklift_deploy::certificates::{CertificateSet, fingerprint_pem};
+use racklift_deploy::secure_boot::Enrollment;
+
 use super::*;
 
-/// SHA-256 of the certificate's DER, lower-case hex: what `openssl x509 -fingerprint -sha256`
-/// shows an operator writing an allow list. A body that is not valid base64 (the simulator's
-/// stand-ins) is hashed as text, so it still has a stable identity.
-pub fn fingerprint_pem(pem: &str) -> Fingerprint {
-    let body: String = pem
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .flat_map(|l| l.chars())
-        .filter(|c| !c.is_whitespace())
-        .collect();
-    let bytes = base64_decode(&body).unwrap_or_else(|| body.clone().into_bytes());
-    Fingerprint(format!("{:x}", Sha256::digest(&bytes)))
-}
-
-/// Rewrites the listed key databases. Deletions run before enrolments and PK is enrolled last:
-/// firmware accepts unsigned writes to KEK, db and dbx only in setup mode, which an empty PK
+/// Rewrites the key databases of `enrollment`. Deletions run before enrolments and PK is enrolled
+/// last: firmware accepts unsigned writes to KEK, db and dbx only in setup mode, which an empty PK
 /// keeps. Re-reads first, so a retry after a partial write only does what is still missing.
+///
+/// Takes an [`Enrollment`] and a [`CertificateSet`], neither of which can be empty for PK, KEK or
+/// db, and checks before the first request that every certificate to enroll has its PEM here:
+/// a database is never emptied without what goes back into it.
 pub(super) async fn enroll(
     client: &BmcClient,
-    plans: &[(KeyDb, DbPlan)],
-    pems: &BTreeMap<Fingerprint, String>,
+    enrollment: &Enrollment,
+    certificates: &CertificateSet,
 ) -> Step<String> {
-    let work: Vec<(KeyDb, &[Fingerprint], &[Fingerprint])> = plans
+    let work: Vec<(KeyDb, &[Fingerprint], &[Fingerprint])> = enrollment
+        .dbs()
         .iter()
         .filter_map(|(db, plan)| match plan {
             DbPlan::Correct => None,
@@ -36,7 +30,7 @@ pub(super) async fn enroll(
     }
     // Checked before anything is deleted: a missing PEM must not leave a database half empty.
     for (db, _, enroll) in &work {
-        if let Some(fp) = enroll.iter().find(|fp| !pems.contains_key(*fp)) {
+        if let Some(fp) = enroll.iter().find(|fp| certificates.pem(fp).is_none()) {
             return Err(StepError::MissingCertificate {
                 db: *db,
                 fingerprint: fp.clone(),
@@ -57,7 +51,9 @@ pub(super) async fn enroll(
     let mut order = work.clone();
     order.sort_by_key(|(db, _, _)| *db != KeyDb::PK);
     for (db, keep, _) in order {
-        let keep: BTreeSet<&Fingerprint> = keep.iter().collect();
+        // An IncusOS certificate is never deleted, even when the plan was judged before it was
+        // enrolled: replaying an enrolment must not undo its own writes.
+        let keep: BTreeSet<&Fingerprint> = keep.iter().chain(enrollment.incusos().get(db)).collect();
         for (fp, uri) in entries(&find(&current, db)?) {
             if !keep.contains(&fp) {
                 client.delete_key_entry(&uri).await?;
@@ -80,10 +76,12 @@ pub(super) async fn enroll(
             .map(|(fp, _)| fp)
             .collect();
         for fp in enroll.iter().filter(|fp| !present.contains(*fp)) {
-            let pem = pems.get(fp).ok_or_else(|| StepError::MissingCertificate {
-                db,
-                fingerprint: fp.clone(),
-            })?;
+            let pem = certificates
+                .pem(fp)
+                .ok_or_else(|| StepError::MissingCertificate {
+                    db,
+                    fingerprint: fp.clone(),
+                })?;
             client.enroll_certificate(key_db_name(db), pem).await?;
             enrolled += 1;
             tracing::info!(
@@ -120,12 +118,4 @@ pub(super) fn key_db_name(db: KeyDb) -> &'static str {
         KeyDb::Db => "db",
         KeyDb::Dbx => "dbx",
     }
-}
-
-/// Standard base64, padded or not; `None` on anything else.
-pub(super) fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD_NO_PAD
-        .decode(text.trim_end_matches('='))
-        .ok()
 }

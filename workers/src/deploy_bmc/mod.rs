@@ -12,13 +12,15 @@
 
 mod keys;
 
-pub use keys::fingerprint_pem;
 use keys::{enroll, entries};
+pub use racklift_deploy::certificates::fingerprint_pem;
 use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error as _;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use racklift_deploy::certificates::CertificateSet;
 use racklift_deploy::facts::{AttrValue, BiosFacts, Fingerprint, KeyDb, MediaSlot, PowerState, TaskState};
 use racklift_deploy::secure_boot::DbPlan;
 use racklift_deploy::{Action, Facts, Machine, Outcome, State};
@@ -27,7 +29,6 @@ use racklift_redfish::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 /// Which of the slower reads an observation needs. BIOS and key databases take several
 /// requests each, and most states never look at them.
@@ -231,15 +232,26 @@ pub async fn observe(client: &BmcClient, slot: Option<&SlotRef>, want: &Want) ->
     out
 }
 
-/// What an action needs besides the BMC.
-#[derive(Debug, Clone, Default)]
+/// What an action needs besides the BMC. No `Default`: an enrolment needs the certificates to
+/// put back, and an empty set of them cannot exist.
+#[derive(Debug, Clone)]
 pub struct ActContext {
-    /// PEM of each certificate a secure boot enrolment may add, keyed by
-    /// [`fingerprint_pem`] of that PEM (the plan only carries fingerprints).
-    pub certificates: BTreeMap<Fingerprint, String>,
+    /// The PEMs a secure boot enrolment may add, found by [`fingerprint_pem`] (the plan only
+    /// carries fingerprints): the shipped IncusOS set in production.
+    pub certificates: Arc<CertificateSet>,
     /// Bound on the whole action (it may take several BMC calls, each with the client's own
     /// deadline); the decision's `call_deadline_secs`. `None`: only the per-call deadlines.
     pub deadline: Option<Duration>,
+}
+
+impl ActContext {
+    /// Enrols from `certificates`; no deadline but the per-call ones.
+    pub fn new(certificates: Arc<CertificateSet>) -> ActContext {
+        ActContext {
+            certificates,
+            deadline: None,
+        }
+    }
 }
 
 /// A failed BMC action, as a dead letter and a dashboard show it.
@@ -399,7 +411,7 @@ async fn execute(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActC
                 task_monitor,
             });
         }
-        Action::EnrollSecureBoot { dbs } => enroll(client, dbs, &ctx.certificates).await?,
+        Action::EnrollSecureBoot { enrollment } => enroll(client, enrollment, &ctx.certificates).await?,
         Action::ClearMedia => format!("{slot} eject: {:?}", client.eject_media(slot).await?),
         Action::AttachMedia { image_url } => {
             let inserted = client.insert_media(slot, image_url).await?;
@@ -534,14 +546,10 @@ fn attr_json(v: &AttrValue) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::keys::base64_decode;
     use super::*;
 
     #[test]
-    fn base64_and_userinfo() {
-        assert_eq!(base64_decode("aGVsbG8="), Some(b"hello".to_vec()));
-        assert_eq!(base64_decode("aGVsbG8"), Some(b"hello".to_vec()));
-        assert_eq!(base64_decode("a?b"), None);
+    fn userinfo_is_redacted() {
         assert_eq!(
             redact_userinfo("error sending request for url (https://root:calvin@10.0.0.1/redfish/v1)"),
             "error sending request for url (https://***@10.0.0.1/redfish/v1)"

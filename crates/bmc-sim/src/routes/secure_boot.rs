@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::{Ctx, sb_db_path, sb_path};
 use crate::bmc::TaskDone;
 use crate::reply;
-use crate::secure_boot::DATABASES;
+use crate::secure_boot::{DATABASES, Refusal};
 
 const DB_RESET_TYPES: &[&str] = &["ResetAllKeysToDefault", "DeleteAllKeys"];
 
@@ -172,20 +172,35 @@ pub fn add_certificate(ctx: &Ctx<'_>, db: usize) -> Response {
             &["#/CertificateString"],
         );
     };
-    if !pem.contains("-----BEGIN CERTIFICATE-----")
-        || body
-            .get("CertificateType")
-            .and_then(Value::as_str)
-            .is_some_and(|t| t != "PEM")
-    {
-        return reply::error(
+    let not_pem = || {
+        reply::error(
             StatusCode::BAD_REQUEST,
             "PropertyValueFormatError",
             "Only PEM certificates are supported.",
             &["#/CertificateString"],
-        );
+        )
+    };
+    if body
+        .get("CertificateType")
+        .and_then(Value::as_str)
+        .is_some_and(|t| t != "PEM")
+    {
+        return not_pem();
     }
-    let id = ctx.bmc.machine().secure_boot.add_cert(db, pem.to_owned());
+    let added = ctx.bmc.machine().secure_boot.add_cert(db, pem.to_owned());
+    let id = match added {
+        Ok(id) => id,
+        Err(Refusal::NotACertificate) => return not_pem(),
+        // The platform has one owner: the current PK is deleted (or the keys reset) first.
+        Err(Refusal::PkOccupied) => {
+            return reply::error(
+                StatusCode::BAD_REQUEST,
+                "PropertyValueConflict",
+                "The platform key database holds a key already; delete it before enrolling another.",
+                &["#/CertificateString"],
+            );
+        }
+    };
     let location = ctx.uri(&format!("{}/Certificates/{id}", sb_db_path(ctx.profile(), db)));
     reply::created(&location, &json!({"@odata.id": location, "Id": id.to_string()}))
 }

@@ -164,6 +164,76 @@ async fn forget_task_monitors_fault_answers_404() {
     );
 }
 
+/// PK has one owner, and its presence is the mode: deleting it enters setup mode, enrolling one
+/// (after the old one is gone) leaves it for user mode, a second one is refused.
+#[tokio::test]
+async fn platform_key_decides_the_mode() {
+    let sim = common::start(1, "dell").await;
+    let c = Client::new(&sim);
+    let sys = c.system(&sim.bmc_url(0)).await;
+    let sb_link = sys["SecureBoot"]["@odata.id"].as_str().unwrap().to_owned();
+    let sb = c.get(&sb_link).await;
+    assert_eq!(sb["SecureBootMode"], "DeployedMode");
+    let dbs = c
+        .get(sb["SecureBootDatabases"]["@odata.id"].as_str().unwrap())
+        .await;
+    let pk_link = dbs["Members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["@odata.id"].as_str().unwrap())
+        .find(|l| l.ends_with("/PK"))
+        .unwrap()
+        .to_owned();
+    let certs_link = format!("{pk_link}/Certificates");
+    let vendor_pk = sim.key_databases(0)["PK"].clone();
+    assert_eq!(vendor_pk.len(), 1);
+    assert!(vendor_pk[0].starts_with("-----BEGIN CERTIFICATE-----"));
+    let enroll =
+        json!({"CertificateString": racklift_bmc_sim::MICROSOFT_KEK_CA_2011, "CertificateType": "PEM"});
+
+    let (status, _, body) = c.post(&certs_link, enroll.clone()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["@Message.ExtendedInfo"][0]["MessageId"]
+            .as_str()
+            .is_some_and(|id| id.ends_with("PropertyValueConflict")),
+        "{body}"
+    );
+
+    let members = c.get(&certs_link).await["Members"].clone();
+    let entry = members[0]["@odata.id"].as_str().unwrap();
+    assert_eq!(
+        c.send(reqwest::Method::DELETE, entry, None, None).await.0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(c.get(&sb_link).await["SecureBootMode"], "SetupMode");
+    assert_eq!(c.get(&sb_link).await["SecureBootCurrentBoot"], "Disabled");
+
+    let (status, _, _) = c.post(&certs_link, enroll).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let sb = c.get(&sb_link).await;
+    assert_eq!(sb["SecureBootMode"], "UserMode");
+    assert_eq!(sb["SecureBootCurrentBoot"], "Enabled");
+    // The reference copy is read-only and still holds the vendor's key.
+    assert_eq!(
+        c.post(
+            &format!("{pk_link}Default/Certificates"),
+            json!({"CertificateString": vendor_pk[0]})
+        )
+        .await
+        .0,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    let audit = sim.audit(0);
+    let methods: Vec<&str> = audit.mutation_log.iter().map(|m| m.method.as_str()).collect();
+    assert_eq!(methods, ["POST", "DELETE", "POST", "POST"], "{audit:?}");
+    assert!(
+        audit.mutation_log.iter().all(|m| m.path.contains("/SecureBoot/")),
+        "{audit:?}"
+    );
+}
+
 #[tokio::test]
 async fn secure_boot_databases_enroll_delete_and_reset() {
     let sim = common::start(1, "generic").await;
@@ -186,7 +256,26 @@ async fn secure_boot_databases_enroll_delete_and_reset() {
     let certs = c.get(certs_link).await;
     assert_eq!(certs["@Redfish.SupportedCertificates"], json!(["PEM"]));
     let before = certs["Members"].as_array().unwrap().len();
-    let pem = "-----BEGIN CERTIFICATE-----\nTUlJQw==\n-----END CERTIFICATE-----\n";
+    // Factory db: the Microsoft UEFI CA 2011 and the Windows Production PCA 2011.
+    let factory: Vec<String> = sim.key_databases(0)["db"].clone();
+    assert_eq!(
+        factory,
+        [
+            racklift_bmc_sim::MICROSOFT_UEFI_CA_2011,
+            racklift_bmc_sim::MICROSOFT_WINDOWS_PCA_2011
+        ]
+    );
+    assert_eq!(before, 2);
+    // What is not one DER certificate is refused, as firmware does.
+    let stand_in = "-----BEGIN CERTIFICATE-----\nTUlJQw==\n-----END CERTIFICATE-----\n";
+    let (status, _, body) = c
+        .post(
+            certs_link,
+            json!({"CertificateString": stand_in, "CertificateType": "PEM"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let pem = racklift_bmc_sim::MICROSOFT_KEK_CA_2011;
     let (status, headers, _) = c
         .post(
             certs_link,
