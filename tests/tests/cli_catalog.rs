@@ -289,7 +289,7 @@ async fn the_catalog_is_kept_from_the_terminal() {
     );
 
     // Seeds.
-    let config = write(&dir, "install.json", r#"{"apps": [{"name": "incus"}]}"#);
+    let config = write(&dir, "install.json", r#"{"target": {"bus": "NVME"}}"#);
     let out = admin(
         &rack,
         &[
@@ -315,7 +315,7 @@ async fn the_catalog_is_kept_from_the_terminal() {
         .unwrap_or_else(|| panic!("no web seed: {seeds}"));
     assert_eq!(web["public"], true);
     assert_eq!(web["install_config"]["force_reboot"], true);
-    assert_eq!(web["install_config"]["apps"][0]["name"], "incus");
+    assert_eq!(web["install_config"]["target"]["bus"], "NVME");
     let out = admin(&rack, &["seed", "list", &token]).await;
     assert!(out.status.success(), "{}", describe(&out));
     let table = stdout(&out);
