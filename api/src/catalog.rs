@@ -145,6 +145,17 @@ pub async fn create_seed(
     if !(new.install_config.is_null() || new.install_config.is_object()) {
         return Err(ApiError::invalid("install_config", "must be a JSON object"));
     }
+    // Sections are objects (serde would also read a struct from an array).
+    for key in ["target", "security", "network", "incus_preseed"] {
+        if let Some(v) = new.install_config.get(key)
+            && !(v.is_null() || v.is_object())
+        {
+            return Err(ApiError::invalid(
+                &format!("install_config.{key}"),
+                "must be an object",
+            ));
+        }
+    }
     // What IncusOS would not read is refused now, naming the key, not at the first deployment.
     if !new.install_config.is_null()
         && let Err(e) =

@@ -25,6 +25,7 @@ mod bulk;
 mod catalog_cmd;
 mod deploy_cmd;
 mod image_cmd;
+mod media_cmd;
 mod server_cmd;
 mod token_cmd;
 
@@ -89,6 +90,8 @@ enum Command {
     /// Create, list and revoke API tokens straight in DATABASE_URL, so the first admin token can be made before
     /// the API has any.
     Token(token_cmd::Args),
+    /// Installation media on this machine: write a demo image laid out like an IncusOS install image.
+    Media(media_cmd::Args),
 }
 
 /// Errors end the process with one line (the error and its causes), never a backtrace: operators read these.
@@ -129,6 +132,7 @@ fn run() -> anyhow::Result<()> {
         Command::DeadLetter(args) => runtime()?.block_on(deadletter_cmd::run(args)),
         Command::Events(args) => runtime()?.block_on(events_cmd::run(args)),
         Command::Token(args) => runtime()?.block_on(token_cmd::run(args)),
+        Command::Media(args) => media_cmd::run(args),
     }
 }
 

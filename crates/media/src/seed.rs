@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::layout::MAX_SEED_BYTES;
@@ -116,10 +116,10 @@ pub struct SeedConfig {
     /// IncusOS's network configuration (`network.yaml`); absent, IncusOS configures every interface by
     /// DHCP/SLAAC.
     #[serde(default)]
-    pub network: Option<Value>,
+    pub network: Option<Map<String, Value>>,
     /// Incus's `InitPreseed` (`incus.yaml`'s `preseed`).
     #[serde(default)]
-    pub incus_preseed: Option<Value>,
+    pub incus_preseed: Option<Map<String, Value>>,
 }
 
 impl SeedConfig {
@@ -194,7 +194,7 @@ impl SeedFiles {
             incus: Incus {
                 version: VERSION.into(),
                 apply_defaults: true,
-                preseed: config.incus_preseed.clone(),
+                preseed: config.incus_preseed.clone().map(Value::Object),
             },
             update: Update {
                 version: VERSION.into(),
@@ -202,7 +202,7 @@ impl SeedFiles {
                 channel: channel.to_owned(),
                 check_frequency: String::new(),
             },
-            network: config.network.clone(),
+            network: config.network.clone().map(Value::Object),
         }
     }
 
@@ -334,7 +334,9 @@ mod tests {
     fn the_archive_reads_back_as_written_and_is_the_same_bytes_every_time() {
         let config = SeedConfig {
             force_reboot: true,
-            network: Some(json!({ "dns": { "hostname": "node07", "domain": "rack1" } })),
+            network: json!({ "dns": { "hostname": "node07", "domain": "rack1" } })
+                .as_object()
+                .cloned(),
             ..SeedConfig::default()
         };
         let seed = SeedFiles::for_deployment(&config, &manager(), "stable");
@@ -375,7 +377,9 @@ mod tests {
     #[test]
     fn a_seed_too_large_for_its_partition_is_refused() {
         let huge = SeedConfig {
-            incus_preseed: Some(json!({ "blob": "x".repeat(MAX_SEED_BYTES as usize) })),
+            incus_preseed: json!({ "blob": "x".repeat(MAX_SEED_BYTES as usize) })
+                .as_object()
+                .cloned(),
             ..SeedConfig::default()
         };
         let seed = SeedFiles::for_deployment(&huge, &manager(), "stable");
