@@ -314,7 +314,7 @@ pub async fn create_image(
         return Err(ApiError::invalid("size_bytes", "must not be negative"));
     }
     validate::sha256_hex("sha256", &i.sha256)?;
-    let layout = image_layout(std::path::PathBuf::from(&i.path)).await?;
+    let layout = crate::seeding::image_layout(std::path::PathBuf::from(&i.path)).await?;
     if i64::try_from(layout.size).ok() != Some(i.size_bytes) {
         return Err(ApiError::unprocessable(
             "size_mismatch",
@@ -328,30 +328,6 @@ pub async fn create_image(
         .await
         .map_err(|e| conflict_code(e, "image_exists", "type"))?;
     Ok((StatusCode::CREATED, Json(image)))
-}
-
-/// The image's partition table, read off the runtime: each deployment's seed goes to partition 2, so an image
-/// without room for one is refused now rather than at its first deployment.
-async fn image_layout(path: std::path::PathBuf) -> Result<racklift_media::ImageLayout, ApiError> {
-    let read = tokio::task::spawn_blocking(move || {
-        let mut file = std::fs::File::open(&path)?;
-        Ok::<_, std::io::Error>(racklift_media::ImageLayout::read(&mut file))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?;
-    match read {
-        Ok(Ok(layout)) => Ok(layout),
-        Ok(Err(e)) => Err(ApiError::unprocessable(
-            "no_seed_partition",
-            "path",
-            format!("the image cannot carry an install seed: {e}"),
-        )),
-        Err(e) => Err(ApiError::unprocessable(
-            "image_unreadable",
-            "path",
-            format!("the image cannot be read: {e}"),
-        )),
-    }
 }
 
 // --- settings ---------------------------------------------------------------------------------------------------

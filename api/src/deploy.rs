@@ -15,7 +15,7 @@ use racklift_deploy::record::{BiosPlan, SecureBootPlan};
 use racklift_deploy::secure_boot::AllowOverrides;
 use racklift_deploy::{Deployment, Plan};
 use racklift_redfish::{BmcClient, ErrorClass, KeyDatabaseAccess, MediaSlot};
-use racklift_store::{BiosProfile, Image, NewDeployment, PUBLIC_ADDRESS, Server, ServerStatus, StoreError};
+use racklift_store::{BiosProfile, NewDeployment, PUBLIC_ADDRESS, Server, ServerStatus, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -248,7 +248,7 @@ async fn deploy(
                 "set /1.0/settings/public-address first",
             )
         })?;
-    let image = select_image(store.images().await?, &req)?;
+    let image = crate::seeding::select_image(store.images().await?, &req)?;
     let profiles: Vec<BiosProfile> = store
         .bios_profiles()
         .await?
@@ -319,40 +319,6 @@ async fn deploy(
     };
     let view = DeploymentView::of(store, &record, caller.0.role).await?;
     Ok((status, Json(view)).into_response())
-}
-
-/// The newest image matching every filter the request gives.
-fn select_image(images: Vec<Image>, req: &DeployRequest) -> Result<Image, ApiError> {
-    let want = |filter: &Option<String>, v: &str| filter.as_deref().is_none_or(|f| f == v);
-    images
-        .into_iter()
-        .filter(|i| {
-            want(&req.image_type, &i.image_type)
-                && want(&req.architecture, &i.architecture)
-                && want(&req.channel, &i.channel)
-        })
-        .max_by_key(|i| i.id)
-        .ok_or_else(|| {
-            ApiError::unprocessable(
-                "image_not_found",
-                "image_type",
-                "no image matches the requested type, architecture and channel",
-            )
-        })
-        .and_then(|i| {
-            // Registered before the catalog read partition tables: where its seed goes is unknown.
-            if i.seed_offset.is_none() {
-                return Err(ApiError::unprocessable(
-                    "image_without_seed_partition",
-                    "image_type",
-                    format!(
-                        "image {} was registered without its seed partition; register it again",
-                        i.id
-                    ),
-                ));
-            }
-            Ok(i)
-        })
 }
 
 fn profile_matches(p: &BiosProfile, server: &Server) -> bool {

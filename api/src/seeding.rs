@@ -5,6 +5,8 @@ use racklift_media::seed::{Manager, SeedConfig};
 use racklift_media::{SeedArchive, SeedFiles};
 use racklift_store::{Image, Seed};
 
+use crate::DeployRequest;
+
 use crate::error::ApiError;
 
 /// The seed of one deployment, and what registration will check against it.
@@ -55,4 +57,64 @@ pub fn for_deployment(
         registration_token,
         expected_hostname: config.hostname(),
     })
+}
+
+/// The image's partition table, read off the runtime: each deployment's seed goes to partition 2, so an image
+/// without room for one is refused now rather than at its first deployment.
+pub async fn image_layout(path: std::path::PathBuf) -> Result<racklift_media::ImageLayout, ApiError> {
+    let read = tokio::task::spawn_blocking(move || {
+        let mut file = std::fs::File::open(&path)?;
+        Ok::<_, std::io::Error>(racklift_media::ImageLayout::read(&mut file))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    match read {
+        Ok(Ok(layout)) => Ok(layout),
+        Ok(Err(e)) => Err(ApiError::unprocessable(
+            "no_seed_partition",
+            "path",
+            format!("the image cannot carry an install seed: {e}"),
+        )),
+        Err(e) => Err(ApiError::unprocessable(
+            "image_unreadable",
+            "path",
+            format!("the image cannot be read: {e}"),
+        )),
+    }
+}
+
+/// The newest image matching every filter the request gives.
+/// The newest image matching the request's type, architecture and channel, refused when it has no seed
+/// partition on record.
+pub fn select_image(images: Vec<Image>, req: &DeployRequest) -> Result<Image, ApiError> {
+    let want = |filter: &Option<String>, v: &str| filter.as_deref().is_none_or(|f| f == v);
+    images
+        .into_iter()
+        .filter(|i| {
+            want(&req.image_type, &i.image_type)
+                && want(&req.architecture, &i.architecture)
+                && want(&req.channel, &i.channel)
+        })
+        .max_by_key(|i| i.id)
+        .ok_or_else(|| {
+            ApiError::unprocessable(
+                "image_not_found",
+                "image_type",
+                "no image matches the requested type, architecture and channel",
+            )
+        })
+        .and_then(|i| {
+            // Registered before the catalog read partition tables: where its seed goes is unknown.
+            if i.seed_offset.is_none() {
+                return Err(ApiError::unprocessable(
+                    "image_without_seed_partition",
+                    "image_type",
+                    format!(
+                        "image {} was registered without its seed partition; register it again",
+                        i.id
+                    ),
+                ));
+            }
+            Ok(i)
+        })
 }

@@ -9,6 +9,7 @@ mod catalog;
 mod deployments;
 mod error;
 mod events;
+mod install_config;
 mod media;
 mod registration;
 mod servers;
