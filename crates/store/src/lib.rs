@@ -9,10 +9,12 @@ mod catalog;
 mod deployments;
 mod error;
 mod events;
+mod identity;
 mod media;
 mod servers;
 mod triage;
 mod ui_sessions;
+mod updates;
 
 pub use bmc_actions::{BMC_ACTION_KIND, BmcAction, BmcActionPayload, bmc_action_request_key};
 pub use catalog::{
@@ -22,6 +24,7 @@ pub use catalog::{
 pub use deployments::{DeploymentRecord, NewDeployment, STEP_KIND, queue_error, step_job};
 pub use error::StoreError;
 pub use events::Event;
+pub use identity::{CLIENT_IDENTITY_NAME, ClientIdentity};
 pub use media::{ApiFacts, MediaRead, MediaTarget};
 pub use servers::{NewServer, Server, ServerStatus, ServerUpdate, advance_fence};
 pub use triage::actions::{Canceled, Retried, TriageError};
@@ -32,6 +35,7 @@ pub use triage::{
     redact, redact_text,
 };
 pub use ui_sessions::NewUiSession;
+pub use updates::{NewUpdate, Update, UpdateFile};
 
 use sqlx::PgPool;
 
