@@ -259,9 +259,15 @@ async fn deploy(
     let media_secret = racklift_store::new_secret();
     let force_reboot = seed.force_reboot();
     let registration_url = format!("{public_address}/1.0/provisioning/servers");
+    let media_address = state
+        .config
+        .media
+        .public_address
+        .as_deref()
+        .unwrap_or(&public_address);
     let plan = Plan {
         image_url: format!(
-            "{public_address}/media/{media_secret}/{}?token={token_id}&registration_url={}&force_reboot={force_reboot}",
+            "{media_address}/media/{media_secret}/{}?token={token_id}&registration_url={}&force_reboot={force_reboot}",
             state.config.media.file_name,
             query_escape(&registration_url),
         ),
