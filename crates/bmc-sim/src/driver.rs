@@ -148,6 +148,10 @@ async fn boot(bmc: &Arc<Bmc>, generation: u64, powering_on: bool) -> Result<(), 
                     let mut m = current(bmc, generation)?;
                     m.set_boot_state("OSRunning", clock.now());
                     m.phase = OsPhase::OsRunning;
+                    // Incus makes its client certificate on its first start (kept across reboots).
+                    if m.os.client_cert.is_none() {
+                        m.os.client_cert = crate::provider::ClientCert::generate(&bmc.name).ok();
+                    }
                 }
                 install::register(bmc, generation).await?;
                 return Ok(());

@@ -28,6 +28,7 @@ mod incus;
 mod install;
 mod machine;
 mod profile;
+pub mod provider;
 pub mod recorder;
 mod reply;
 mod routes;
@@ -243,6 +244,34 @@ impl SimHandle {
     /// Set the registration URL, token and seed flag of server `i`.
     pub fn set_install(&self, i: usize, install: InstallConfig) {
         self.fleet.bmcs[i].machine().install = install;
+    }
+
+    /// Configure server `i`'s update provider, as its seed's `provider.yaml` would (tests; the install reads
+    /// the seed otherwise).
+    pub fn set_provider(&self, i: usize, provider: Option<provider::ProviderConfig>) {
+        self.fleet.bmcs[i].machine().os.provider = provider;
+    }
+
+    /// Powers server `i` on with IncusOS already installed on its disk, as if deployed earlier (tests of the
+    /// installed OS: updates, cluster operations). It boots from disk into the running OS.
+    pub fn boot_installed(&self, i: usize) {
+        let bmc = &self.fleet.bmcs[i];
+        let mut m = bmc.machine();
+        m.os.installed = true;
+        driver::power_on(bmc, &mut m);
+    }
+
+    /// Server `i`'s Incus client certificate, generated now if its OS has not made one yet: what racklift sees
+    /// it present (tests register its fingerprint).
+    pub fn client_cert(&self, i: usize) -> Result<provider::ClientCert, provider::ProviderError> {
+        let bmc = &self.fleet.bmcs[i];
+        let mut m = bmc.machine();
+        if let Some(cert) = &m.os.client_cert {
+            return Ok(cert.clone());
+        }
+        let cert = provider::ClientCert::generate(&bmc.name)?;
+        m.os.client_cert = Some(cert.clone());
+        Ok(cert)
     }
 
     /// Stop serving and stop every machine.

@@ -125,8 +125,16 @@ pub struct OsState {
     pub registered: bool,
     pub running_version: String,
     pub staged_version: Option<String>,
-    /// A published update not yet staged.
-    pub available_version: Option<String>,
+    /// The update provider from the seed's `provider.yaml` (racklift); no updates without one.
+    pub provider: Option<crate::provider::ProviderConfig>,
+    /// This server's Incus client certificate, made the first time the installed OS needs it.
+    #[serde(skip)]
+    pub client_cert: Option<crate::provider::ClientCert>,
+    /// The update channel (`update.yaml`'s `channel`).
+    pub channel: String,
+    /// What the last update check did, as `GET /os/1.0/system/update` reports it.
+    pub update_status: String,
+    pub last_check: Option<DateTime<Utc>>,
     /// `Online`, `Evacuating`, `Evacuated`, `Restoring`.
     pub member_status: String,
     /// Incus operations by id.
@@ -295,7 +303,11 @@ impl Machine {
                 registered: false,
                 running_version: "202611010000".to_owned(),
                 staged_version: None,
-                available_version: None,
+                provider: None,
+                client_cert: None,
+                channel: "stable".to_owned(),
+                update_status: "Up to date".to_owned(),
+                last_check: None,
                 member_status: "Online".to_owned(),
                 operations: BTreeMap::new(),
             },

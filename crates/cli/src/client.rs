@@ -31,11 +31,15 @@ pub struct ApiArgs {
     /// wins over any file; the token is never taken from a flag so it stays out of process listings.
     #[arg(long, global = true, value_name = "PATH")]
     token_file: Option<PathBuf>,
+    /// A PEM certificate to trust for the API besides the system's roots: a self-signed API certificate, such as
+    /// the one `racklift up` generates in its data directory.
+    #[arg(long, global = true, env = "RACKLIFT_CA_CERT", value_name = "PATH")]
+    ca_cert: Option<PathBuf>,
 }
 
 impl ApiArgs {
     pub fn client(&self) -> anyhow::Result<Client> {
-        Client::new(&self.api, self.token_file.as_deref())
+        Client::with_ca(&self.api, self.token_file.as_deref(), self.ca_cert.as_deref())
     }
 }
 
@@ -50,13 +54,21 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client for `base` (e.g. `http://127.0.0.1:7878`) with the token from the environment or a file.
-    pub fn new(base: &str, token_file: Option<&Path>) -> anyhow::Result<Client> {
+    /// A client for `base` (e.g. `https://127.0.0.1:7878`) with the token from the environment or a file,
+    /// trusting `ca_cert` (PEM) for the API besides the system's roots.
+    pub fn with_ca(base: &str, token_file: Option<&Path>, ca_cert: Option<&Path>) -> anyhow::Result<Client> {
         let (token, token_source) = load_token(token_file)?;
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60))
-            .build()?;
+            .timeout(Duration::from_secs(60));
+        if let Some(path) = ca_cert {
+            let pem = std::fs::read(path).with_context(|| format!("reading --ca-cert {}", path.display()))?;
+            http = http.add_root_certificate(
+                reqwest::Certificate::from_pem(&pem)
+                    .with_context(|| format!("--ca-cert {}", path.display()))?,
+            );
+        }
+        let http = http.build()?;
         Ok(Client {
             http,
             base: base.trim_end_matches('/').to_owned(),

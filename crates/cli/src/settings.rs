@@ -86,6 +86,11 @@ pub fn api_config(s: &Settings, access: AccessPolicy) -> ApiConfig {
         media: MediaConfig {
             flush_interval: Duration::from_millis(s.api.media_flush_interval_ms),
             file_name: s.api.media_file_name.clone(),
+            public_address: s
+                .api
+                .media_public_address
+                .as_ref()
+                .map(|a| a.trim_end_matches('/').to_owned()),
         },
         body_limit_bytes: s.api.body_limit_bytes,
         bmc_read_timeout: Duration::from_secs(s.api.bmc_read_timeout_secs),
@@ -97,7 +102,26 @@ pub fn api_config(s: &Settings, access: AccessPolicy) -> ApiConfig {
         },
         request_timeout: Duration::from_secs(s.api.request_timeout_secs),
         body_timeout: Duration::from_secs(s.api.body_timeout_secs),
+        // Set by the caller: `api_transport` or `racklift up`'s generated certificate.
+        transport: racklift_listener::Transport::Plain,
     }
+}
+
+/// The API's transport from `[api]`: TLS with the configured certificate and key (read now, so a missing or bad
+/// file stops the start naming its key), plain HTTP when `plain_http` says so, `None` when neither is
+/// configured (`racklift api` refuses that; `racklift up` generates a certificate).
+pub fn api_transport(s: &Settings) -> anyhow::Result<Option<racklift_listener::Transport>> {
+    use anyhow::Context;
+    if let (Some(cert), Some(key)) = (&s.api.tls_certificate, &s.api.tls_key) {
+        let cert_pem = std::fs::read_to_string(cert)
+            .with_context(|| format!("api.tls_certificate: reading {}", cert.display()))?;
+        let key_pem = std::fs::read_to_string(key)
+            .with_context(|| format!("api.tls_key: reading {}", key.display()))?;
+        let config = racklift_listener::tls::server_config(&cert_pem, &key_pem)
+            .with_context(|| format!("api.tls_certificate / api.tls_key ({})", cert.display()))?;
+        return Ok(Some(racklift_listener::Transport::Tls(config)));
+    }
+    Ok(s.api.plain_http.then_some(racklift_listener::Transport::Plain))
 }
 
 /// `racklift config show`.
