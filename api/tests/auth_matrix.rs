@@ -62,9 +62,9 @@ async fn every_operation_refuses_callers_below_its_role() {
                 .and_then(Value::as_str);
             // Operations IncusOS calls also accept a registered server's client certificate, and answer every
             // refusal with 403 in the Incus envelope (IncusOS reads nothing else).
-            let by_certificate = op["security"].as_array().is_some_and(|s| {
-                s.iter().any(|r| r.get("incus_client_certificate").is_some())
-            });
+            let by_certificate = op["security"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|r| r.get("incus_client_certificate").is_some()));
             if role.is_some() {
                 protected += 1;
             }
