@@ -48,11 +48,10 @@ impl<T: Serialize> IntoResponse for IncusResponse<T> {
     }
 }
 
-/// A failure: `{"type": "error", "status": "", "status_code": 0, "operation": "", "error_code": 403, "error":
-/// "…", "metadata": null}`, with `error_code` as the HTTP status.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema, thiserror::Error)]
-#[error("{error_code}: {error}")]
-pub struct IncusError {
+/// A failure as answered: `{"type": "error", "status": "", "status_code": 0, "operation": "", "error_code": 403,
+/// "error": "…", "metadata": null}`, with `error_code` as the HTTP status.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct IncusErrorBody {
     #[serde(rename = "type")]
     #[schema(example = "error")]
     pub kind: String,
@@ -67,16 +66,19 @@ pub struct IncusError {
     pub metadata: Option<serde_json::Value>,
 }
 
+/// A failure of an endpoint IncusOS calls; answered as an [`IncusErrorBody`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{status}: {message}")]
+pub struct IncusError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
 impl IncusError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> IncusError {
         IncusError {
-            kind: "error".to_owned(),
-            status: String::new(),
-            status_code: 0,
-            operation: String::new(),
-            error_code: status.as_u16(),
-            error: message.into(),
-            metadata: None,
+            status,
+            message: message.into(),
         }
     }
 
@@ -97,12 +99,24 @@ impl IncusError {
             "internal error; see the server log",
         )
     }
+
+    /// The envelope this error is answered with.
+    pub fn body(&self) -> IncusErrorBody {
+        IncusErrorBody {
+            kind: "error".to_owned(),
+            status: String::new(),
+            status_code: 0,
+            operation: String::new(),
+            error_code: self.status.as_u16(),
+            error: self.message.clone(),
+            metadata: None,
+        }
+    }
 }
 
 impl IntoResponse for IncusError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.error_code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(self)).into_response()
+        (self.status, Json(self.body())).into_response()
     }
 }
 

@@ -22,7 +22,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::AppState;
-use crate::incus_envelope::{IncusError, IncusResponse};
+use crate::incus_envelope::{IncusError, IncusErrorBody, IncusResponse};
 use crate::media::{RangePlan, plan_ranges};
 
 /// Who may read the update catalog.
@@ -152,9 +152,9 @@ fn parse_uuid(text: &str) -> Result<Uuid, IncusError> {
     responses(
         (status = 200, description = "Update URLs, or with `recursion=1` the updates (Incus envelope)",
             body = IncusResponse<UpdateList>),
-        (status = 400, description = "`recursion` is not a number (Incus envelope)", body = IncusError),
+        (status = 400, description = "`recursion` is not a number (Incus envelope)", body = IncusErrorBody),
         (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
-            body = IncusError)))]
+            body = IncusErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     _: UpdateReader,
@@ -183,8 +183,8 @@ pub async fn list(
     responses(
         (status = 200, description = "Its files (Incus envelope)", body = IncusResponse<Vec<UpdateFileView>>),
         (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
-            body = IncusError),
-        (status = 404, description = "No such update (Incus envelope)", body = IncusError)))]
+            body = IncusErrorBody),
+        (status = 404, description = "No such update (Incus envelope)", body = IncusErrorBody)))]
 pub async fn files(
     State(state): State<AppState>,
     _: UpdateReader,
@@ -212,9 +212,9 @@ pub async fn files(
         (status = 206, description = "The range asked for", content_type = "application/octet-stream",
             body = Vec<u8>),
         (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
-            body = IncusError),
-        (status = 404, description = "No such update or file (Incus envelope)", body = IncusError),
-        (status = 416, description = "The range is not satisfiable (Incus envelope)", body = IncusError)))]
+            body = IncusErrorBody),
+        (status = 404, description = "No such update or file (Incus envelope)", body = IncusErrorBody),
+        (status = 416, description = "The range is not satisfiable (Incus envelope)", body = IncusErrorBody)))]
 pub async fn download(
     State(state): State<AppState>,
     reader: UpdateReader,

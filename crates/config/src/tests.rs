@@ -476,7 +476,8 @@ fn the_shipped_example_loads() {
 
 #[test]
 fn tls_and_media_listener_keys_that_cannot_work_are_refused_naming_the_key() {
-    let cases: [(fn(&mut Settings), &str); 4] = [
+    type Change = fn(&mut Settings);
+    let cases: [(Change, &str); 4] = [
         (
             |s| s.api.tls_certificate = Some("/etc/racklift/api.crt".into()),
             "api.tls_key",
