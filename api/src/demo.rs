@@ -71,6 +71,8 @@ pub enum DemoError {
     Store(#[from] StoreError),
     #[error("the demo image")]
     Image(#[from] racklift_media::LayoutError),
+    #[error("the demo seed: {0}")]
+    Seed(String),
 }
 
 /// Creates the catalog for `servers`. `password_ref` is how every BMC's password is found (`file:NAME`, a name in
@@ -199,4 +201,44 @@ pub fn deploy_request(catalog: &DemoCatalog, vendor: &str) -> DeployRequest {
         skip_secure_boot_certificates: skips_secure_boot_certificates(vendor),
         ..DeployRequest::default()
     }
+}
+
+/// A live deployment of `server` from the demo catalog, made without its BMC (no pre-flight, no job run): its
+/// media is served, seed and all, exactly as a real deployment's. For measuring the media server
+/// (`racklift bench media`); returns the media URL's path (`/media/<secret>/<file>`).
+pub async fn media_only_deployment(
+    store: &Store,
+    queue: &racklift_queue::Queue,
+    catalog: &DemoCatalog,
+    server: &str,
+    public_address: &str,
+    file_name: &str,
+) -> Result<String, DemoError> {
+    let seed = store.seed(catalog.token, &catalog.seed).await?;
+    let seeded = crate::seeding::for_deployment(&seed, &catalog.image, public_address, None)
+        .map_err(|e| DemoError::Seed(e.to_string()))?;
+    let media_secret = racklift_store::new_secret();
+    let path = format!("/media/{media_secret}/{file_name}");
+    let plan = racklift_deploy::Plan {
+        image_url: format!("{}{path}", public_address.trim_end_matches('/')),
+        image_size_bytes: u64::try_from(catalog.image.size_bytes).ok(),
+        skip_secure_boot_certificates: true,
+        ..racklift_deploy::Plan::default()
+    };
+    let new = racklift_store::NewDeployment {
+        server: server.to_owned(),
+        media_secret,
+        image_id: catalog.image.id,
+        token: catalog.token,
+        seed: catalog.seed.clone(),
+        deployment: racklift_deploy::Deployment::new(plan, Utc::now()),
+        media_slot: None,
+        idempotency_key: None,
+        requested_by: "benchmark".to_owned(),
+        seed_archive: seeded.archive.bytes,
+        registration_token: seeded.registration_token,
+        expected_hostname: seeded.expected_hostname,
+    };
+    store.create_deployment(queue, &new).await?;
+    Ok(path)
 }

@@ -259,6 +259,14 @@ async fn deploy(
     // Last: the only checks that talk to the BMC, so cheap rejections come first.
     let client = preflight_client(state, &server).await?;
     let slot = select_slot(&client, req.media_device.as_deref()).await?;
+    // Without a hostname in the seed, IncusOS registers under the system's SMBIOS UUID, which the BMC reports.
+    let system_uuid = client
+        .read_system()
+        .await
+        .map_err(bmc_read_error)?
+        .uuid
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty());
     if !req.skip_secure_boot_certificates {
         check_key_databases(&client).await?;
     }
@@ -266,11 +274,23 @@ async fn deploy(
     let media_secret = racklift_store::new_secret();
     let force_reboot = seed.force_reboot();
     // What the server learns at install time travels in the media itself: the seed laid over partition 2.
-    let seeded = crate::seeding::for_deployment(&seed, &image, &public_address, None)?;
+    let seeded = crate::seeding::for_deployment(
+        &seed,
+        &image,
+        &public_address,
+        state.config.server_certificate_pem.clone(),
+    )?;
+    // BMCs fetch the media from the plain media listener when there is one, else from the public address.
+    let media_address = state
+        .config
+        .media
+        .public_address
+        .as_deref()
+        .unwrap_or(&public_address)
+        .trim_end_matches('/');
     let plan = Plan {
         image_url: format!(
-            "{}/media/{media_secret}/{}",
-            public_address.trim_end_matches('/'),
+            "{media_address}/media/{media_secret}/{}",
             state.config.media.file_name,
         ),
         image_size_bytes: u64::try_from(image.size_bytes).ok(),
@@ -292,7 +312,7 @@ async fn deploy(
         requested_by: caller.name().to_owned(),
         seed_archive: seeded.archive.bytes,
         registration_token: seeded.registration_token,
-        expected_hostname: seeded.expected_hostname,
+        expected_hostname: seeded.expected_hostname.or(system_uuid),
     };
     let (record, created) = state
         .store

@@ -10,6 +10,7 @@ mod catalog;
 pub mod demo;
 mod deploy;
 mod error;
+pub mod incus_envelope;
 mod media;
 mod metrics;
 pub mod openapi;
@@ -20,6 +21,8 @@ mod servers;
 mod triage;
 mod triage_actions;
 mod ui;
+pub mod update_catalog;
+mod updates;
 mod validate;
 mod views;
 
@@ -51,6 +54,10 @@ pub struct MediaConfig {
     pub flush_interval: Duration,
     /// File name in the media URL; BMCs such as iDRAC insist on a recognisable extension.
     pub file_name: String,
+    /// Where BMCs fetch media from when that is not the public address: the plain-HTTP media listener's URL
+    /// (`[api] media_public_address`), since many BMCs cannot fetch virtual media over HTTPS from a self-signed
+    /// certificate. `None`: the public address.
+    pub public_address: Option<String>,
 }
 
 impl Default for MediaConfig {
@@ -58,6 +65,7 @@ impl Default for MediaConfig {
         MediaConfig {
             flush_interval: Duration::from_millis(500),
             file_name: "incusos.img".to_owned(),
+            public_address: None,
         }
     }
 }
@@ -85,6 +93,13 @@ pub struct ApiConfig {
     pub request_timeout: Duration,
     /// Longest pause while a request body is read.
     pub body_timeout: Duration,
+    /// Plain HTTP or TLS on the API's listener. `racklift api` refuses to start plain unless the configuration
+    /// says so (`[api] plain_http`); an embedder (tests) chooses here.
+    pub transport: racklift_listener::Transport,
+    /// The API's certificate (PEM) when it is self-signed: each deployment's seed hands it to IncusOS as
+    /// `server_certificate`, the one certificate it will then trust for racklift. `None` when a CA signed it
+    /// (IncusOS trusts its system roots) or the API is plain HTTP.
+    pub server_certificate_pem: Option<String>,
 }
 
 impl Default for ApiConfig {
@@ -99,6 +114,8 @@ impl Default for ApiConfig {
             listener: racklift_listener::Limits::default(),
             request_timeout: Duration::from_secs(60),
             body_timeout: Duration::from_secs(30),
+            transport: racklift_listener::Transport::Plain,
+            server_certificate_pem: None,
         }
     }
 }
@@ -158,6 +175,18 @@ pub fn router(state: AppState) -> Router {
     Router::new().fallback_service(tower::ServiceExt::map_request(inner, openapi::action_rewrite))
 }
 
+/// The media streams alone (`/media/…`), with the same body limits and error shape: what the plain-HTTP media
+/// listener serves.
+pub fn media_router(state: AppState) -> Router {
+    routes::media_only()
+        .fallback(error::not_found)
+        .layer(RequestBodyTimeoutLayer::new(state.config.body_timeout))
+        .layer(axum::middleware::from_fn(error::reject_nul))
+        .layer(RequestBodyLimitLayer::new(state.config.body_limit_bytes))
+        .layer(axum::middleware::map_response(error::json_errors))
+        .with_state(state)
+}
+
 /// Serves the API on `listener` until `shutdown` fires, with the media read flusher alongside; the flusher
 /// writes once more after the server drained so no served range is lost.
 pub async fn serve(
@@ -165,16 +194,56 @@ pub async fn serve(
     state: AppState,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
+    serve_all(listener, None, state, shutdown).await
+}
+
+/// As [`serve`], with the media streams also served over plain HTTP on `media` when given (the same limits).
+pub async fn serve_all(
+    listener: tokio::net::TcpListener,
+    media: Option<tokio::net::TcpListener>,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
     let flusher = tokio::spawn(media::flush_loop(state.clone(), shutdown.clone()));
     let token = shutdown.clone();
-    let served = racklift_listener::serve(
+    let api = racklift_listener::serve_with(
         listener,
         router(state.clone()),
         state.config.listener,
+        state.config.transport.clone(),
         async move { token.cancelled().await },
-    )
-    .await;
-    shutdown.cancel();
+    );
+    let media_only = async {
+        match media {
+            Some(listener) => {
+                let token = shutdown.clone();
+                racklift_listener::serve(
+                    listener,
+                    media_router(state.clone()),
+                    state.config.listener,
+                    async move { token.cancelled().await },
+                )
+                .await
+            }
+            None => Ok(()),
+        }
+    };
+    let (served, media_served) = tokio::join!(
+        async {
+            let served = api.await;
+            // One listener failing stops the other.
+            shutdown.cancel();
+            served
+        },
+        async {
+            let served = media_only.await;
+            if served.is_err() {
+                shutdown.cancel();
+            }
+            served
+        }
+    );
+    let served = served.and(media_served);
     flusher.await.ok();
     if let Err(error) = state.flush_media_reads().await {
         tracing::error!(%error, "final media read flush failed");

@@ -4,17 +4,17 @@
 //! response envelope counts as an answer. No bearer auth: the per-deployment token is the credential, and it
 //! completes that deployment and no other, once.
 
-use axum::Json;
+use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use racklift_listener::PeerCertificate;
 use racklift_store::{RegistrationRefused, RegistrationRequest};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::AppState;
 use crate::error::{ActionBody, ApiError, ErrorBody, Params};
-use crate::views::{ErrorDetailMetadata, Registered, RegistrationError};
+use crate::incus_envelope::{IncusError, IncusErrorBody, IncusResponse};
 
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -40,21 +40,31 @@ pub struct Registration {
     connection_url: String,
 }
 
+/// What a registered server is handed: racklift's client certificate, which Incus adds to its trusted
+/// certificates so that racklift can then call the server's Incus API with it (mutual TLS).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RegisteredMetadata {
+    /// PEM of racklift's client certificate.
+    pub certificate: String,
+}
+
 /// Registration callback of the installed IncusOS.
 #[utoipa::path(post, path = "/1.0/provisioning/servers", tag = "provisioning",
     params(RegisterQuery),
     request_body = Registration,
     responses(
-        (status = 200, description = "Registered: racklift's client certificate in the envelope", body = Registered),
+        (status = 200, description = "Registered: racklift's client certificate in the envelope",
+            body = IncusResponse<RegisteredMetadata>),
         (status = 400, description = "The body or a field is malformed", body = ErrorBody),
         (status = 403, description = "Unknown or replayed token, a finished deployment, a hostname the seed did \
-            not name, or a spent provisioning token", body = RegistrationError),
+            not name, or a spent provisioning token; `metadata` holds the code and the field", body = IncusErrorBody),
         (status = 422, description = "A text holds a character the database cannot store", body = ErrorBody)))]
 pub async fn register(
     State(state): State<AppState>,
+    peer: Option<Extension<PeerCertificate>>,
     Params(q): Params<RegisterQuery>,
     ActionBody(r): ActionBody<Registration>,
-) -> Result<Response, ApiError> {
+) -> Result<Result<IncusResponse<RegisteredMetadata>, IncusError>, ApiError> {
     if r.name.is_empty() || r.name.len() > 253 {
         return Err(ApiError::invalid("name", "must be 1 to 253 characters"));
     }
@@ -65,11 +75,14 @@ pub async fn register(
         ));
     }
     let Some(token) = q.token.filter(|t| !t.is_empty()) else {
-        return Ok(refused(&RegistrationRefused::UnknownToken));
+        return Ok(Err(refused(&RegistrationRefused::UnknownToken)));
     };
+    // Read first: a registration that completes must be able to hand the certificate over.
+    let identity = state.store.client_identity().await?;
     let request = RegistrationRequest {
         name: &r.name,
         connection_url: &r.connection_url,
+        client_certificate_sha256: peer.as_ref().map(|p| p.sha256.as_str()),
     };
     match state
         .store
@@ -78,34 +91,25 @@ pub async fn register(
     {
         Ok(done) => {
             tracing::info!(server = %done.server, deployment_id = done.deployment_id,
-                connection_url = %r.connection_url, "server registered");
-            // racklift's client identity is not issued yet: an empty certificate is one IncusOS skips.
-            Ok(Json(Registered::new(String::new())).into_response())
+                connection_url = %r.connection_url, client_certificate = ?request.client_certificate_sha256,
+                "server registered");
+            Ok(Ok(IncusResponse::sync(RegisteredMetadata {
+                certificate: identity.certificate_pem,
+            })))
         }
         Err(why) => {
             tracing::warn!(server = why.server(), code = why.code(), reason = %why, name = %r.name,
                 "registration refused");
-            Ok(refused(&why))
+            Ok(Err(refused(&why)))
         }
     }
 }
 
-fn refused(why: &RegistrationRefused) -> Response {
-    let body = RegistrationError {
-        r#type: "error",
-        status: "",
-        status_code: 0,
-        operation: "",
-        error_code: 403,
-        error: why.to_string(),
-        metadata: ErrorDetailMetadata {
-            code: why.code(),
-            field: if matches!(why, RegistrationRefused::WrongName { .. }) {
-                "name"
-            } else {
-                "token"
-            },
-        },
+fn refused(why: &RegistrationRefused) -> IncusError {
+    let field = if matches!(why, RegistrationRefused::WrongName { .. }) {
+        "name"
+    } else {
+        "token"
     };
-    (StatusCode::FORBIDDEN, Json(body)).into_response()
+    IncusError::new(StatusCode::FORBIDDEN, why.to_string()).with_detail(why.code(), field)
 }

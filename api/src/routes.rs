@@ -11,7 +11,7 @@ use utoipa_axum::routes;
 use crate::openapi::{ApiDoc, publish};
 use crate::{
     AppState, bmc_actions, catalog, deploy, media, metrics, openapi, registration, servers, triage,
-    triage_actions,
+    triage_actions, update_catalog, updates,
 };
 
 /// The operations the request deadline covers (everything but the media streams), and the media streams.
@@ -33,6 +33,8 @@ pub(crate) fn routes() -> Routes {
         .routes(routes!(catalog::list_images, catalog::create_image))
         .routes(routes!(catalog::get_public_address, catalog::put_public_address))
         .routes(routes!(registration::register))
+        .routes(routes!(updates::list, update_catalog::publish))
+        .routes(routes!(updates::files))
         .routes(routes!(deploy::deploy_action))
         .routes(routes!(deploy::cancel_action))
         .routes(routes!(bmc_actions::power))
@@ -48,7 +50,9 @@ pub(crate) fn routes() -> Routes {
         .routes(routes!(triage::state_durations))
         .routes(routes!(openapi::serve_document))
         .routes(routes!(metrics::serve_metrics));
-    let streams = OpenApiRouter::new().routes(routes!(media::serve_media));
+    let streams = OpenApiRouter::new()
+        .routes(routes!(media::serve_media))
+        .routes(routes!(updates::download));
     Routes { timed, streams }
 }
 
@@ -59,4 +63,13 @@ pub(crate) fn split() -> (Router<AppState>, Router<AppState>, Document) {
     let (streams, streams_doc) = streams.split_for_parts();
     doc.merge(streams_doc);
     (timed, streams, publish(doc))
+}
+
+/// The media streams alone, for the plain-HTTP media listener (`[api] media_listen`): nothing else of the API is
+/// reachable there.
+pub(crate) fn media_only() -> Router<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(media::serve_media))
+        .split_for_parts()
+        .0
 }

@@ -2,7 +2,7 @@
 //! deployment: only the token in that deployment's seed registers it, once; another deployment's token, a
 //! replay, a hostname the seed did not name, a spent provisioning token and an unknown token are each 403 in an
 //! Incus error envelope, recorded on the server, and leave the running deployment untouched. The accepted answer
-//! is the Incus `sync` envelope IncusOS requires.
+//! is the Incus `sync` envelope IncusOS requires, carrying racklift's client certificate.
 
 mod common;
 
@@ -58,6 +58,40 @@ async fn events(api: &Api, server: &str, kind: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The `UUID` server `i`'s BMC reports for its system.
+async fn sim_system_uuid(sim: &racklift_bmc_sim::SimHandle, i: usize) -> String {
+    let (user, pass) = sim.credentials();
+    let http = reqwest::Client::new();
+    let systems: Value = http
+        .get(format!("{}/redfish/v1/Systems", sim.bmc_url(i)))
+        .basic_auth(user, Some(pass))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let member = systems["Members"][0]["@odata.id"].as_str().unwrap().to_owned();
+    // Member links are absolute paths on the simulator's one listener.
+    let base = sim.bmc_url(i);
+    let origin = &base[..base.find("/bmc/").unwrap_or(base.len())];
+    let url = if member.starts_with("/bmc/") {
+        format!("{origin}{member}")
+    } else {
+        format!("{base}{member}")
+    };
+    let system: Value = http
+        .get(url)
+        .basic_auth(user, Some(pass))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    system["UUID"].as_str().expect("a system UUID").to_owned()
+}
+
 fn refusal(v: &Value) -> (&str, i64, &str) {
     (
         v["type"].as_str().unwrap_or_default(),
@@ -110,14 +144,31 @@ async fn only_the_deployments_own_token_registers_it_once() {
     assert_eq!(v["metadata"]["field"], "name");
     assert_eq!(events(&api, "node2", "registration_refused").await.len(), 1);
 
-    // node1's own token: the Incus sync envelope, once.
+    // node1's seed names no hostname: IncusOS then registers under the system UUID, which the pre-flight read
+    // from the BMC. Any other name is refused.
+    let system = sim_system_uuid(&sim, 0).await;
     let (s, v) = register(&api, &t1, "4c4c4544-0042-3510-8052-b4c04f4e4d32").await;
+    assert_eq!((s, refusal(&v)), (403, ("error", 403, "wrong_hostname")), "{v}");
+
+    // node1's own token under its UUID (as the OS may spell it, in lower case): the Incus sync envelope, once.
+    let (s, v) = register(&api, &t1, &system.to_lowercase()).await;
     assert_eq!(
         (s, v["type"].as_str(), v["status_code"].as_i64()),
         (200, Some("sync"), Some(200)),
         "{v}"
     );
-    assert!(v["metadata"]["certificate"].is_string());
+    // racklift's client identity, which Incus will then trust for racklift's calls to it.
+    let identity = api.store.client_identity().await.unwrap();
+    assert_eq!(
+        v["metadata"]["certificate"],
+        identity.certificate_pem.as_str(),
+        "{v}"
+    );
+    assert!(
+        identity
+            .certificate_pem
+            .starts_with("-----BEGIN CERTIFICATE-----")
+    );
     let (_, server) = api.call(Method::GET, "/1.0/servers/node1", VIEWER, None).await;
     assert!(server["registered_at"].is_string(), "{server}");
     let stored: Option<String> =
@@ -132,13 +183,14 @@ async fn only_the_deployments_own_token_registers_it_once() {
     let uses_after_one = t["uses_remaining"].as_i64().unwrap();
 
     // A replay: refused, recorded, the provisioning token's use not counted again.
-    let (s, v) = register(&api, &t1, "4c4c4544-0042-3510-8052-b4c04f4e4d32").await;
+    let (s, v) = register(&api, &t1, &system).await;
     assert_eq!(
         (s, refusal(&v)),
         (403, ("error", 403, "registration_replayed")),
         "{v}"
     );
-    assert_eq!(events(&api, "node1", "registration_refused").await.len(), 1);
+    // The wrong UUID before, and the replay.
+    assert_eq!(events(&api, "node1", "registration_refused").await.len(), 2);
     assert_eq!(events(&api, "node1", "registered").await.len(), 1);
     let (_, t) = api
         .call(Method::GET, &format!("/1.0/tokens/{token}"), OPERATOR, None)

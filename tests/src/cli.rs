@@ -13,6 +13,8 @@ pub fn command(args: &[&str], env: &[(&str, &str)], home: &std::path::Path) -> t
         .args(args)
         .env_remove("RACKLIFT_TOKEN")
         .env_remove("RACKLIFT_API")
+        // Every test rack's API serves the one certificate of this test process.
+        .env("RACKLIFT_CA_CERT", crate::rack::api_ca_file())
         .env("HOME", home)
         .env("RUST_LOG", "warn")
         // The messages are checked as a user sees them, without the backtrace a developer may have enabled.

@@ -1,8 +1,8 @@
 //! A whole racklift in one test process: a fresh database, the simulated rack, the API on a local port with its
 //! media server, and a worker pool running the deployment steps. Everything talks over real sockets.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use racklift_api::demo::{self, DemoCatalog, RackServer};
@@ -18,12 +18,65 @@ use racklift_workers::DeployStep;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+/// The API's self-signed certificate, one per test process, and the file holding its PEM: clients trust it
+/// (`Rack::http`, the CLI through `RACKLIFT_CA_CERT`), and every deployment's seed hands it to IncusOS.
+struct ApiCertificate {
+    pem: racklift_listener::tls::CertifiedKeyPem,
+    file: PathBuf,
+}
+
+fn api_certificate() -> &'static ApiCertificate {
+    static CERT: OnceLock<ApiCertificate> = OnceLock::new();
+    CERT.get_or_init(|| {
+        // One file for every test process, made by the first: a new temporary file per process would pile up.
+        let file = std::env::temp_dir().join("racklift-tests-api-certificate.pem");
+        if !file.exists() {
+            let made = racklift_listener::tls::self_signed(
+                &["localhost".to_owned(), "127.0.0.1".to_owned()],
+                "racklift API",
+            )
+            .expect("the API's certificate");
+            let tmp = file.with_extension(format!("{}.tmp", std::process::id()));
+            std::fs::write(&tmp, format!("{}{}", made.certificate_pem, made.key_pem))
+                .expect("write the certificate");
+            // Linking fails when another process got there first; its file is then the one used.
+            let _ = std::fs::hard_link(&tmp, &file);
+            let _ = std::fs::remove_file(&tmp);
+        }
+        let text = std::fs::read_to_string(&file).expect("read the API's certificate");
+        let split = text
+            .find("-----BEGIN PRIVATE KEY-----")
+            .expect("a key after the certificate");
+        let pem = racklift_listener::tls::CertifiedKeyPem {
+            certificate_pem: text[..split].to_owned(),
+            key_pem: text[split..].to_owned(),
+        };
+        ApiCertificate { pem, file }
+    })
+}
+
+/// The file holding the PEM of the certificate every rack's API serves (what `--ca-cert` names).
+pub fn api_ca_file() -> &'static Path {
+    &api_certificate().file
+}
+
+/// An HTTP client that trusts the racks' API certificate.
+pub fn api_client() -> reqwest::Client {
+    let cert = reqwest::Certificate::from_pem(api_certificate().pem.certificate_pem.as_bytes()).expect("PEM");
+    reqwest::Client::builder()
+        .add_root_certificate(cert)
+        .build()
+        .expect("an HTTP client")
+}
+
 pub struct Rack {
     pub db: TestDb,
     pub sim: SimHandle,
     pub store: Store,
     pub queue: Queue,
     pub api_url: String,
+    /// Where BMCs fetch the media: the API's plain-HTTP media listener.
+    pub media_url: String,
     pub catalog: DemoCatalog,
     pub http: reqwest::Client,
     shutdown: CancellationToken,
@@ -92,10 +145,15 @@ impl Rack {
         let access =
             AccessPolicy::load(None, &secrets, DEFAULT_ENV_PREFIX).expect("the rack's access policy");
 
+        // The API over HTTPS, as IncusOS requires; the media also on a plain listener, as BMCs fetch it.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the API");
-        let api_url = format!("http://{}", listener.local_addr().expect("API address"));
+        let api_url = format!("https://{}", listener.local_addr().expect("API address"));
+        let media = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the media listener");
+        let media_url = format!("http://{}", media.local_addr().expect("media address"));
         let store = Store::new(db.pool.clone());
         let queue = Queue::new(
             db.pool.clone(),
@@ -125,13 +183,19 @@ impl Rack {
 
         let shutdown = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
-        let api_config = ApiConfig {
+        let cert = &api_certificate().pem;
+        let mut api_config = ApiConfig {
             deploy: config.clone(),
             bmc_access: access.clone(),
             images_dir: images,
+            transport: racklift_listener::Transport::Tls(
+                racklift_listener::tls::server_config(&cert.certificate_pem, &cert.key_pem).expect("TLS"),
+            ),
+            server_certificate_pem: racklift_listener::tls::self_signed_leaf(&cert.certificate_pem),
             ..ApiConfig::default()
         };
-        let api = ApiTask::start(listener, store.clone(), queue.clone(), api_config.clone());
+        api_config.media.public_address = Some(media_url.clone());
+        let api = ApiTask::start(listener, media, store.clone(), queue.clone(), api_config.clone());
         let step = DeployStep {
             store: store.clone(),
             config: Arc::new(config),
@@ -158,8 +222,9 @@ impl Rack {
             store,
             queue,
             api_url,
+            media_url,
             catalog,
-            http: reqwest::Client::new(),
+            http: api_client(),
             shutdown,
             tasks,
             api: Some(api),
@@ -185,12 +250,16 @@ impl Rack {
         if let Some(api) = self.api.take() {
             api.stop().await;
         }
-        let addr = self.api_url.trim_start_matches("http://").to_owned();
+        let addr = self.api_url.trim_start_matches("https://").to_owned();
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .expect("bind the API again");
+        let media = tokio::net::TcpListener::bind(self.media_url.trim_start_matches("http://"))
+            .await
+            .expect("bind the media listener again");
         self.api = Some(ApiTask::start(
             listener,
+            media,
             self.store.clone(),
             self.queue.clone(),
             self.api_config.clone(),
@@ -360,12 +429,18 @@ struct ApiTask {
 }
 
 impl ApiTask {
-    fn start(listener: tokio::net::TcpListener, store: Store, queue: Queue, config: ApiConfig) -> ApiTask {
+    fn start(
+        listener: tokio::net::TcpListener,
+        media: tokio::net::TcpListener,
+        store: Store,
+        queue: Queue,
+        config: ApiConfig,
+    ) -> ApiTask {
         let shutdown = CancellationToken::new();
         let state = AppState::new(store, queue, config);
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {
-            racklift_api::serve(listener, state, stop)
+            racklift_api::serve_all(listener, Some(media), state, stop)
                 .await
                 .expect("serve the API");
         });

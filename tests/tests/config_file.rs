@@ -161,6 +161,22 @@ async fn a_bad_file_stops_the_start_naming_the_key_and_its_source() {
         }
         let _ = std::fs::remove_file(&config);
     }
+    // Neither a certificate nor the plain-HTTP opt-in: refused at start, naming the key.
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        command(&["api"], &db.url)
+            .env("RACKLIFT_API_LISTEN", "127.0.0.1:0")
+            .output(),
+    )
+    .await
+    .expect("refused at once")
+    .expect("run racklift");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("api.tls_certificate"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = command(&["api", "--config", "/nonexistent/racklift.toml"], &db.url)
         .output()
         .await

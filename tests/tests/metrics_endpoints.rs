@@ -123,7 +123,12 @@ async fn a_worker_whose_metrics_port_is_taken_fails_at_once() {
 async fn the_api_command_serves_metrics_without_auth_and_stops_on_sigterm() {
     let db = TestDb::new().await;
     let listen = format!("127.0.0.1:{}", free_port());
-    let api = Racklift::spawn(&["api", "--listen", &listen], &db.url);
+    // Plain HTTP by explicit opt-in: the metrics, not TLS, are what this test is about.
+    let api = Racklift::spawn_with(
+        &["api", "--listen", &listen],
+        &db.url,
+        &[("RACKLIFT_API__PLAIN_HTTP", std::ffi::OsStr::new("true"))],
+    );
     let text = get_when_up(&format!("http://{listen}/metrics")).await;
     assert!(
         text.contains("# TYPE racklift_media_bytes_served_total counter"),

@@ -86,6 +86,8 @@ async fn browser(driver: &Driver) -> Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut caps = serde_json::Map::new();
     caps.insert("goog:chromeOptions".into(), options);
+    // The rack's API serves a self-signed certificate (WebDriver's standard capability for that).
+    caps.insert("acceptInsecureCerts".into(), json!(true));
     ClientBuilder::rustls()
         .expect("TLS roots")
         .capabilities(caps)

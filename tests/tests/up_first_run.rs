@@ -136,7 +136,14 @@ async fn up_runs_from_a_checkout_in_a_closed_home_and_stops_its_database_on_sigt
         .expect("token line")
         .trim()
         .to_owned();
-    let servers: serde_json::Value = reqwest::Client::new()
+    // Served over HTTPS with the certificate generated in the data directory, which the banner names.
+    assert!(api.starts_with("https://"), "{text}");
+    assert!(text.contains("--cacert"), "{text}");
+    let ca = std::fs::read(checkout.checkout.join(".racklift/tls/api.crt")).expect("the API's certificate");
+    let servers: serde_json::Value = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).expect("PEM"))
+        .build()
+        .expect("client")
         .get(format!("{api}/servers"))
         .bearer_auth(&token)
         .send()

@@ -338,6 +338,7 @@ impl DeployStep {
             None => self.store.step_context(stored.id).await?.1,
         };
         facts.registered = api.registered_at.is_some_and(|at| at >= stored.created_at);
+        facts.registration_refused = api.last_refusal.clone();
         facts.cancel = api.cancel.as_ref().map(|c| CancelRequest {
             skip_cleanup: c.get("skip_cleanup").and_then(Value::as_bool).unwrap_or(false),
         });

@@ -57,6 +57,8 @@ pub struct Api {
     pub task: Option<tokio::task::JoinHandle<()>>,
     pub db: TestDb,
     pub dirs: Dirs,
+    /// The API's certificate (PEM) when it serves TLS ([`Api::start_tls`]).
+    pub certificate_pem: Option<String>,
 }
 
 impl Api {
@@ -64,7 +66,32 @@ impl Api {
         Api::start_with(|_| {}).await
     }
 
+    /// As [`Api::start`], served over TLS with a fresh self-signed certificate (for `localhost` and 127.0.0.1),
+    /// which `http` trusts.
+    pub async fn start_tls() -> Api {
+        let server =
+            racklift_listener::tls::self_signed(&["localhost".to_owned(), "127.0.0.1".to_owned()], "api")
+                .expect("a certificate");
+        let config =
+            racklift_listener::tls::server_config(&server.certificate_pem, &server.key_pem).expect("TLS");
+        let pem = server.certificate_pem.clone();
+        let mut api = Api::start_with(|c| {
+            c.transport = racklift_listener::Transport::Tls(config);
+            c.server_certificate_pem = racklift_listener::tls::self_signed_leaf(&pem);
+        })
+        .await;
+        api.http = reqwest::Client::builder()
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(server.certificate_pem.as_bytes()).expect("PEM"),
+            )
+            .build()
+            .expect("client");
+        api.certificate_pem = Some(server.certificate_pem);
+        api
+    }
+
     /// As [`Api::start`], with `tune` applied to the configuration, which already names this test's directories.
+    /// Plain HTTP unless `tune` chooses TLS.
     pub async fn start_with(tune: impl FnOnce(&mut ApiConfig)) -> Api {
         let dirs = Dirs::new();
         let mut config = ApiConfig {
@@ -87,7 +114,11 @@ impl Api {
         }
         let state = AppState::new(store.clone(), queue, config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let base = format!(
+            "{}://{}",
+            state.config.transport.scheme(),
+            listener.local_addr().expect("addr")
+        );
         let shutdown = CancellationToken::new();
         let task = tokio::spawn({
             let shutdown = shutdown.clone();
@@ -105,6 +136,7 @@ impl Api {
             task: Some(task),
             db,
             dirs,
+            certificate_pem: None,
         }
     }
 

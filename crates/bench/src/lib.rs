@@ -7,6 +7,7 @@ pub mod e2e;
 pub mod fleet;
 pub mod graphile;
 mod latency;
+pub mod media;
 mod proc_stats;
 mod raw;
 mod rss;

@@ -10,7 +10,6 @@
 //! | GET, DELETE | `/control/servers/<name>/audit` | [`AuditReport`](crate::AuditReport); DELETE resets it |
 //! | GET, PUT, DELETE | `/control/servers/<name>/faults` | [`Faults`] (PUT replaces, DELETE clears) |
 //! | POST | `/control/servers/<name>/bmc-reset` | forget task monitors and sessions |
-//! | POST | `/control/servers/<name>/os-update` | `{"version": "…"}`: publish an IncusOS update |
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -114,16 +113,6 @@ fn server(fleet: &Fleet, bmc: &Arc<Bmc>, method: &Method, tail: &[&str], body: &
             bmc.reset_bmc();
             reply::no_content()
         }
-        (&Method::POST, ["os-update"]) => match parse::<Value>(body) {
-            Ok(v) => {
-                let Some(version) = v.get("version").and_then(Value::as_str) else {
-                    return reply::json(StatusCode::BAD_REQUEST, &json!({"error": "version is required"}));
-                };
-                bmc.machine().os.available_version = Some(version.to_owned());
-                reply::no_content()
-            }
-            Err(r) => r,
-        },
         _ => reply::not_found(),
     }
 }

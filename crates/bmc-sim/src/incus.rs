@@ -8,8 +8,8 @@
 //! | POST | `/1.0/cluster/members/<member>/state` | `{"action": "evacuate" \| "restore"}` → async operation |
 //! | GET | `/1.0/operations/<id>` (and `/wait`) | `Running` / `Success` |
 //! | GET | `/os/1.0` | running and staged OS version |
-//! | GET | `/os/1.0/system/update` | `needs_reboot`, available update |
-//! | POST | `/os/1.0/system/update/:check` | stages a published update |
+//! | GET | `/os/1.0/system/update` | `config` (`channel`) and `state` (`last_check`, `status`, `needs_reboot`) |
+//! | POST | `/os/1.0/system/update/:check` | asks the update provider (racklift) and stages a verified update |
 //! | POST | `/os/1.0/system/:reboot` | reboots (the staged version becomes the running one) |
 
 use std::sync::Arc;
@@ -22,6 +22,8 @@ use serde_json::{Value, json};
 use crate::bmc::Bmc;
 use crate::driver;
 use crate::machine::{MemberOperation, OsPhase};
+use crate::os_update::{self, CheckOutcome};
+use crate::register::OperationsCenter;
 use crate::reply;
 
 fn sync(metadata: Value) -> Response {
@@ -85,20 +87,16 @@ pub async fn handle(bmc: &Arc<Bmc>, method: &Method, rel: &str, body: &[u8]) -> 
         }
         (&Method::GET, ["os", "1.0", "system", "update"]) => {
             let m = bmc.machine();
-            sync(json!({"state": {
-                "needs_reboot": m.os.staged_version.is_some(),
-                "update_available": m.os.available_version.is_some(),
-                "available_version": m.os.available_version,
-                "status": if m.os.staged_version.is_some() { "Update staged" } else { "Up to date" },
-            }}))
+            sync(json!({
+                "config": {"channel": m.os.channel, "auto_reboot": false},
+                "state": {
+                    "last_check": m.os.last_check,
+                    "needs_reboot": m.os.staged_version.is_some(),
+                    "status": m.os.update_status,
+                },
+            }))
         }
-        (&Method::POST, ["os", "1.0", "system", "update", ":check"]) => {
-            let mut m = bmc.machine();
-            if let Some(v) = m.os.available_version.take() {
-                m.os.staged_version = Some(v);
-            }
-            sync(json!({}))
-        }
+        (&Method::POST, ["os", "1.0", "system", "update", ":check"]) => check_update(bmc).await,
         (&Method::POST, ["os", "1.0", "system", ":reboot"]) => {
             driver::restart(bmc, &mut bmc.machine());
             sync(json!({}))
@@ -150,4 +148,58 @@ fn member_state(bmc: &Arc<Bmc>, body: &[u8]) -> Response {
             "metadata": operation(&id, true),
         }),
     )
+}
+
+/// `:check`: the provider's update check, outside the machine's lock (it is network calls); its outcome is
+/// written back together with the check's time. The provider is the installed seed's, as at start-up.
+async fn check_update(bmc: &Arc<Bmc>) -> Response {
+    let (provider, identity, running, channel) = {
+        let mut m = bmc.machine();
+        let provider =
+            m.os.seed
+                .as_ref()
+                .and_then(|seed| seed.provider().ok().flatten())
+                .and_then(|p| OperationsCenter::from_provider(&p).ok().flatten());
+        let Some(provider) = provider else {
+            m.os.update_status = "No update provider configured".to_owned();
+            return err(StatusCode::BAD_REQUEST, "no update provider configured");
+        };
+        let Some(identity) = m.os.identity.clone() else {
+            return err(StatusCode::SERVICE_UNAVAILABLE, "Incus has not started");
+        };
+        (
+            provider,
+            identity,
+            m.os.running_version.clone(),
+            m.os.channel.clone(),
+        )
+    };
+    let outcome = os_update::check(&provider, &identity, &running, &channel).await;
+    let mut m = bmc.machine();
+    m.os.last_check = Some(chrono::Utc::now());
+    match outcome {
+        Ok(CheckOutcome::UpToDate) => {
+            m.os.update_status = "Up to date".to_owned();
+            sync(json!({}))
+        }
+        Ok(CheckOutcome::Staged(version)) => {
+            m.os.update_status = format!("Update {version} staged");
+            m.os.staged_version = Some(version);
+            sync(json!({}))
+        }
+        Ok(CheckOutcome::Refused { version, filename }) => {
+            m.os.update_status = format!("Update {version} refused: {filename} does not match its SHA-256");
+            err(StatusCode::INTERNAL_SERVER_ERROR, &m.os.update_status.clone())
+        }
+        Err(e) => {
+            let mut message = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            m.os.update_status = format!("Update check failed: {message}");
+            err(StatusCode::INTERNAL_SERVER_ERROR, &m.os.update_status.clone())
+        }
+    }
 }

@@ -29,9 +29,10 @@ mod incus;
 mod install;
 mod machine;
 mod os;
+mod os_update;
 mod profile;
 pub mod recorder;
-mod register;
+pub mod register;
 mod reply;
 mod routes;
 mod secure_boot;
@@ -246,6 +247,29 @@ impl SimHandle {
                 ((*name).to_owned(), certs.chain(sigs).collect())
             })
             .collect()
+    }
+
+    /// Powers server `i` on with IncusOS already on its disk, installed and registered earlier from the seed
+    /// archive `seed` (a tar, as the installer found it at the start of partition 2): for tests of the installed
+    /// OS (updates, cluster operations). It boots from disk, reads the seed and starts Incus.
+    pub fn boot_installed(&self, i: usize, seed: &[u8]) -> Result<(), seed::SeedError> {
+        let files = seed::SeedFiles::from_partition(seed)?;
+        let bmc = &self.fleet.bmcs[i];
+        let mut m = bmc.machine();
+        m.os.install_fresh(files.without_install());
+        m.os.registered = true;
+        driver::power_on(bmc, &mut m);
+        Ok(())
+    }
+
+    /// The SHA-256 fingerprint of server `i`'s Incus client certificate, once its installed OS has made one.
+    pub fn client_certificate_sha256(&self, i: usize) -> Option<String> {
+        self.fleet.bmcs[i]
+            .machine()
+            .os
+            .identity
+            .as_ref()
+            .map(|id| id.sha256())
     }
 
     /// The secure boot mode of server `i` (`SetupMode`, `UserMode`, `DeployedMode`).

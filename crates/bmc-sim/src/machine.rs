@@ -141,8 +141,11 @@ pub struct OsState {
     pub registration_error: Option<String>,
     pub running_version: String,
     pub staged_version: Option<String>,
-    /// A published update not yet staged.
-    pub available_version: Option<String>,
+    /// The update channel (the seed's `update.yaml` `channel`, read at start-up).
+    pub channel: String,
+    /// What the last update check did, as `GET /os/1.0/system/update` reports it.
+    pub update_status: String,
+    pub last_check: Option<DateTime<Utc>>,
     /// `Online`, `Evacuating`, `Evacuated`, `Restoring`.
     pub member_status: String,
     /// Incus operations by id.
@@ -337,7 +340,9 @@ impl Machine {
                 registration_error: None,
                 running_version: "202611010000".to_owned(),
                 staged_version: None,
-                available_version: None,
+                channel: "stable".to_owned(),
+                update_status: "Up to date".to_owned(),
+                last_check: None,
                 member_status: "Online".to_owned(),
                 operations: BTreeMap::new(),
             },

@@ -31,6 +31,8 @@ struct Startup {
     provider: Option<OperationsCenter>,
     /// Client certificates the Incus preseed trusts, applied when Incus is first initialised.
     preseed_certificates: Vec<String>,
+    /// The update channel `update.yaml` names, if it does.
+    channel: Option<String>,
 }
 
 /// Read the installed seed: the hostname and the provider, or why the daemon stops.
@@ -41,6 +43,7 @@ fn read_seed(bmc: &Bmc, generation: u64) -> Result<Result<Startup, String>, Halt
             hostname: bmc.uuid.clone(),
             provider: None,
             preseed_certificates: Vec::new(),
+            channel: None,
         }));
     };
     let network = match seed.network() {
@@ -64,10 +67,15 @@ fn read_seed(bmc: &Bmc, generation: u64) -> Result<Result<Startup, String>, Halt
         Ok(incus) => incus.map(|i| i.preseed_certificates()).unwrap_or_default(),
         Err(e) => return Ok(Err(e.to_string())),
     };
+    let channel = match seed.update() {
+        Ok(update) => update.map(|u| u.channel).filter(|c| !c.is_empty()),
+        Err(e) => return Ok(Err(e.to_string())),
+    };
     Ok(Ok(Startup {
         hostname,
         provider,
         preseed_certificates,
+        channel,
     }))
 }
 
@@ -85,6 +93,9 @@ pub async fn start(bmc: &Bmc, generation: u64) -> Result<(), Halt> {
         let mut m = current(bmc, generation)?;
         m.phase = OsPhase::OsRunning;
         m.os.hostname = Some(startup.hostname.clone());
+        if let Some(channel) = startup.channel {
+            m.os.channel = channel;
+        }
         if m.os.identity.is_none() {
             // First boot: Incus is initialised (its preseed applied) and makes its certificate.
             for cert in startup.preseed_certificates {

@@ -21,6 +21,7 @@ use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -49,7 +50,7 @@ pub enum RegisterError {
     Tls(#[source] rustls::Error),
     #[error("building the HTTP client")]
     Client(#[source] reqwest::Error),
-    #[error("sending the registration")]
+    #[error("sending the request")]
     Send(#[source] reqwest::Error),
     #[error("the answer is not an Incus response")]
     NotAnEnvelope(#[source] serde_json::Error),
@@ -57,6 +58,8 @@ pub enum RegisterError {
     Refused(String),
     #[error("bad response from operations center (type {kind:?}, status code {status_code})")]
     BadResponse { kind: String, status_code: i64 },
+    #[error("the answer's metadata is not the expected shape")]
+    Metadata(#[source] serde_json::Error),
 }
 
 /// The `operations-center` provider's settings, validated.
@@ -93,14 +96,19 @@ impl OperationsCenter {
         }))
     }
 
+    /// `{server_url}{path}`, keeping a path prefix of `server_url`; `path` starts with `/` and has no query.
+    pub fn url(&self, path: &str) -> reqwest::Url {
+        let mut url = self.server_url.clone();
+        let path = format!("{}{path}", url.path().trim_end_matches('/'));
+        url.set_path(&path);
+        url.set_query(None);
+        url
+    }
+
     /// `{server_url}/1.0/provisioning/servers?token=…`.
     pub fn registration_url(&self) -> reqwest::Url {
-        let mut url = self.server_url.clone();
-        let path = format!("{}/1.0/provisioning/servers", url.path().trim_end_matches('/'));
-        url.set_path(&path);
-        url.query_pairs_mut()
-            .clear()
-            .append_pair("token", &self.server_token);
+        let mut url = self.url("/1.0/provisioning/servers");
+        url.query_pairs_mut().append_pair("token", &self.server_token);
         url
     }
 }
@@ -122,6 +130,15 @@ impl ClientIdentity {
             cert_der: certified.cert.der().to_vec(),
             key_der: certified.signing_key.serialize_der(),
         })
+    }
+
+    /// Lower-case hex SHA-256 of the certificate's DER: how Incus, and the manager, name a certificate.
+    pub fn sha256(&self) -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(&self.cert_der)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 }
 
@@ -196,6 +213,30 @@ pub async fn register(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned())
+}
+
+/// `GET {server_url}{path}` (a query allowed), answered as every provider call is: a `sync` 200 envelope whose
+/// metadata is a `T`.
+pub async fn get<T: DeserializeOwned>(
+    client: &reqwest::Client,
+    oc: &OperationsCenter,
+    path_and_query: &str,
+) -> Result<T, RegisterError> {
+    let (path, query) = path_and_query
+        .split_once('?')
+        .map_or((path_and_query, None), |(p, q)| (p, Some(q)));
+    let mut url = oc.url(path);
+    url.set_query(query);
+    let bytes = client
+        .get(url)
+        .send()
+        .await
+        .map_err(RegisterError::Send)?
+        .bytes()
+        .await
+        .map_err(RegisterError::Send)?;
+    let envelope = check_envelope(&bytes)?;
+    serde_json::from_value(envelope.metadata).map_err(RegisterError::Metadata)
 }
 
 /// IncusOS's "quick validation" of every provider answer: whatever the HTTP status, the body must be a `sync`

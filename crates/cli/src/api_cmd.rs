@@ -29,19 +29,32 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .flag("simulation.time_scale", args.sim_time_scale);
     })?;
     let access = settings::access_policy(&settings)?;
+    let transport = settings::api_transport(&settings)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "api.tls_certificate: not set. IncusOS reaches the API over TLS only: set api.tls_certificate and \
+             api.tls_key, or api.plain_http = true behind a TLS-terminating proxy"
+        )
+    })?;
     let pool = db::connect_configured(&settings).await?;
     db::migrate(&pool).await?;
     let listener = bind(settings.api.listen).await?;
-    tracing::info!(listen = %listener.local_addr()?, "API listening");
+    let media = match settings.api.media_listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    tracing::info!(listen = %listener.local_addr()?, scheme = transport.scheme(),
+        media_listen = ?settings.api.media_listen, "API listening");
+    let mut config = settings::api_config(&settings, access);
+    transport.apply(&mut config);
     let state = AppState::new(
         Store::new(pool.clone()),
         // The API enqueues, revokes and wakes jobs; it never leases, so the lease settings do not matter here, but
         // the idempotency retention does: it is applied where the request's key is claimed.
         Queue::new(pool.clone(), settings::queue_config(&settings)),
-        settings::api_config(&settings, access),
+        config,
     );
     let shutdown = worker_cmd::shutdown_on_signal();
-    racklift_api::serve(listener, state, shutdown).await?;
+    racklift_api::serve_all(listener, media, state, shutdown).await?;
     pool.close().await;
     Ok(())
 }

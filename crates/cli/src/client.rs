@@ -31,11 +31,15 @@ pub struct ApiArgs {
     /// wins over any file; the token is never taken from a flag so it stays out of process listings.
     #[arg(long, global = true, value_name = "PATH")]
     token_file: Option<PathBuf>,
+    /// PEM certificates to trust for the API instead of the system's roots (as curl's --cacert): a self-signed
+    /// API certificate, such as the one `racklift up` generates in its data directory, or a private CA.
+    #[arg(long, global = true, env = "RACKLIFT_CA_CERT", value_name = "PATH")]
+    ca_cert: Option<PathBuf>,
 }
 
 impl ApiArgs {
     pub fn client(&self) -> anyhow::Result<Client> {
-        Client::new(&self.api, self.token_file.as_deref())
+        Client::with_ca(&self.api, self.token_file.as_deref(), self.ca_cert.as_deref())
     }
 }
 
@@ -50,13 +54,25 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client for `base` (e.g. `http://127.0.0.1:7878`) with the token from the environment or a file.
-    pub fn new(base: &str, token_file: Option<&Path>) -> anyhow::Result<Client> {
+    /// A client for `base` (e.g. `https://127.0.0.1:7878`) with the token from the environment or a file,
+    /// trusting `ca_cert` (PEM) for the API instead of the system's roots when given.
+    pub fn with_ca(base: &str, token_file: Option<&Path>, ca_cert: Option<&Path>) -> anyhow::Result<Client> {
         let (token, token_source) = load_token(token_file)?;
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60))
-            .build()?;
+            .timeout(Duration::from_secs(60));
+        if let Some(path) = ca_cert {
+            let pem = std::fs::read(path).with_context(|| format!("reading --ca-cert {}", path.display()))?;
+            // As curl's --cacert: these certificates instead of the system's roots (the platform verifier
+            // does not take a self-signed server certificate as an extra root).
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("--ca-cert {}", path.display()))?;
+            if certs.is_empty() {
+                anyhow::bail!("--ca-cert {}: no certificate in the file", path.display());
+            }
+            http = http.tls_certs_only(certs);
+        }
+        let http = http.build()?;
         Ok(Client {
             http,
             base: base.trim_end_matches('/').to_owned(),

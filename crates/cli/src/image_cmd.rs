@@ -124,7 +124,7 @@ async fn add(client: &Client, args: AddArgs) -> anyhow::Result<()> {
 }
 
 /// The file's size and lower-case hex SHA-256, with a progress bar on the terminal for big files.
-fn hash_file(path: &Path) -> anyhow::Result<(u64, String)> {
+pub(crate) fn hash_file(path: &Path) -> anyhow::Result<(u64, String)> {
     let mut file =
         std::fs::File::open(path).with_context(|| format!("cannot open the image {}", path.display()))?;
     let size = file.metadata()?.len();

@@ -28,6 +28,7 @@ mod image_cmd;
 mod media_cmd;
 mod server_cmd;
 mod token_cmd;
+mod update_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -74,6 +75,8 @@ enum Command {
     Server(server_cmd::Args),
     /// Register and list installation images through a running API (size and SHA-256 read from the file).
     Image(image_cmd::Args),
+    /// Publish IncusOS updates (files inside the API's images directory) that installed servers fetch.
+    Update(update_cmd::Args),
     /// Create and list provisioning tokens (what installed servers register with) through a running API.
     ProvisioningToken(catalog_cmd::TokenArgs),
     /// Create and list a provisioning token's seeds (install configurations) through a running API.
@@ -125,6 +128,7 @@ fn run() -> anyhow::Result<()> {
         Command::BmcSim(args) => bmc_sim_cmd::run(args),
         Command::Server(args) => runtime()?.block_on(server_cmd::run(args)),
         Command::Image(args) => runtime()?.block_on(image_cmd::run(args)),
+        Command::Update(args) => runtime()?.block_on(update_cmd::run(args)),
         Command::ProvisioningToken(args) => runtime()?.block_on(catalog_cmd::token(args)),
         Command::Seed(args) => runtime()?.block_on(catalog_cmd::seed(args)),
         Command::BiosProfile(args) => runtime()?.block_on(catalog_cmd::bios_profile(args)),

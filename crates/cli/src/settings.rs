@@ -86,6 +86,11 @@ pub fn api_config(s: &Settings, access: AccessPolicy) -> ApiConfig {
         media: MediaConfig {
             flush_interval: Duration::from_millis(s.api.media_flush_interval_ms),
             file_name: s.api.media_file_name.clone(),
+            public_address: s
+                .api
+                .media_public_address
+                .as_ref()
+                .map(|a| a.trim_end_matches('/').to_owned()),
         },
         body_limit_bytes: s.api.body_limit_bytes,
         bmc_read_timeout: Duration::from_secs(s.api.bmc_read_timeout_secs),
@@ -97,7 +102,58 @@ pub fn api_config(s: &Settings, access: AccessPolicy) -> ApiConfig {
         },
         request_timeout: Duration::from_secs(s.api.request_timeout_secs),
         body_timeout: Duration::from_secs(s.api.body_timeout_secs),
+        // Set by the caller: `api_transport` or `racklift up`'s generated certificate (`ApiTransport::apply`).
+        transport: racklift_listener::Transport::Plain,
+        server_certificate_pem: None,
     }
+}
+
+/// How the API's listener speaks, and the certificate IncusOS must be handed when it is self-signed.
+pub struct ApiTransport {
+    pub transport: racklift_listener::Transport,
+    pub self_signed_pem: Option<String>,
+}
+
+impl ApiTransport {
+    /// TLS with `cert_pem` (the leaf first) and `key_pem`.
+    pub fn tls(cert_pem: &str, key_pem: &str) -> Result<ApiTransport, racklift_listener::tls::TlsError> {
+        Ok(ApiTransport {
+            transport: racklift_listener::Transport::Tls(racklift_listener::tls::server_config(
+                cert_pem, key_pem,
+            )?),
+            self_signed_pem: racklift_listener::tls::self_signed_leaf(cert_pem),
+        })
+    }
+
+    pub fn scheme(&self) -> &'static str {
+        self.transport.scheme()
+    }
+
+    /// Into the API's configuration.
+    pub fn apply(self, config: &mut ApiConfig) {
+        config.transport = self.transport;
+        config.server_certificate_pem = self.self_signed_pem;
+    }
+}
+
+/// The API's transport from `[api]`: TLS with the configured certificate and key (read now, so a missing or bad
+/// file stops the start naming its key), plain HTTP when `plain_http` says so, `None` when neither is
+/// configured (`racklift api` refuses that; `racklift up` generates a certificate).
+pub fn api_transport(s: &Settings) -> anyhow::Result<Option<ApiTransport>> {
+    use anyhow::Context;
+    if let (Some(cert), Some(key)) = (&s.api.tls_certificate, &s.api.tls_key) {
+        let cert_pem = std::fs::read_to_string(cert)
+            .with_context(|| format!("api.tls_certificate: reading {}", cert.display()))?;
+        let key_pem = std::fs::read_to_string(key)
+            .with_context(|| format!("api.tls_key: reading {}", key.display()))?;
+        let transport = ApiTransport::tls(&cert_pem, &key_pem)
+            .with_context(|| format!("api.tls_certificate / api.tls_key ({})", cert.display()))?;
+        return Ok(Some(transport));
+    }
+    Ok(s.api.plain_http.then_some(ApiTransport {
+        transport: racklift_listener::Transport::Plain,
+        self_signed_pem: None,
+    }))
 }
 
 /// `racklift config show`.

@@ -167,7 +167,17 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
     // Registered resolved: the media server finds it whatever its working directory.
     let image_path = std::fs::canonicalize(&image_path)?;
     let listener = crate::api_cmd::bind(settings.api.listen).await?;
-    let api_url = format!("http://{}", listener.local_addr()?);
+    let listen = listener.local_addr()?;
+    // HTTPS as `racklift api` serves it: the configured certificate, else one generated for this address and
+    // kept in the data directory, so the CLI and curl can trust it across restarts.
+    let (transport, ca_file) = match settings::api_transport(settings)? {
+        Some(transport) => (transport, settings.api.tls_certificate.clone()),
+        None => {
+            let (transport, cert) = generated_tls(&settings.paths.data_dir, listen)?;
+            (transport, Some(cert))
+        }
+    };
+    let api_url = format!("{}://{listen}", transport.scheme());
     let pin = sim
         .cert_der()
         .map(|der| racklift_redfish::Pin::cert_of(der).to_string());
@@ -190,11 +200,9 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
     )
     .await?;
 
-    let state = AppState::new(
-        store.clone(),
-        queue.clone(),
-        settings::api_config(settings, access.clone()),
-    );
+    let mut api_config = settings::api_config(settings, access.clone());
+    transport.apply(&mut api_config);
+    let state = AppState::new(store.clone(), queue.clone(), api_config);
     let api = tokio::spawn(racklift_api::serve(listener, state, shutdown.clone()));
     let step = DeployStep {
         store: store.clone(),
@@ -244,6 +252,13 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
         "Try, in another terminal with the racklift binary on PATH (target/release after cargo run --release):"
     );
     println!("  export RACKLIFT_TOKEN=...   # the admin token above");
+    println!("  export RACKLIFT_API={api_url}");
+    if let Some(ca) = &ca_file {
+        println!(
+            "  export RACKLIFT_CA_CERT={}   # the API's certificate",
+            ca.display()
+        );
+    }
     println!("  racklift server list");
     // The pre-flight refuses an HPE-like or Lenovo-like server without the flag, so the hint carries it there.
     let first_skips = racklift_api::demo::skips_secure_boot_certificates(sim.personality(0).as_str());
@@ -263,11 +278,15 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
         catalog.token, catalog.seed
     );
     println!("  racklift events {} --follow", sim.name(0));
-    println!("  curl -s -H \"Authorization: Bearer $RACKLIFT_TOKEN\" {api_url}/1.0/servers");
+    let cacert = ca_file
+        .as_ref()
+        .map(|ca| format!("--cacert {} ", ca.display()))
+        .unwrap_or_default();
+    println!("  curl -s {cacert}-H \"Authorization: Bearer $RACKLIFT_TOKEN\" {api_url}/1.0/servers");
     println!("Press Ctrl-C to stop (in-flight jobs finish first).");
 
     if args.demo {
-        up_demo::deploy_rack(&api_url, &catalog, &rack, &store, &shutdown).await?;
+        up_demo::deploy_rack(&api_url, ca_file.as_deref(), &catalog, &rack, &store, &shutdown).await?;
     }
     shutdown.cancelled().await;
     let _ = workers.await;
@@ -275,6 +294,33 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
     sim.shutdown().await;
     pool.close().await;
     Ok(())
+}
+
+/// The API's certificate and key under `<data>/tls/`, generated on first use for `localhost`, the listen address
+/// and this host's name (when it has one); the key readable by this user only. Returns the transport and the
+/// certificate's path.
+fn generated_tls(
+    data_dir: &Path,
+    listen: std::net::SocketAddr,
+) -> anyhow::Result<(settings::ApiTransport, std::path::PathBuf)> {
+    let dir = data_dir.join("tls");
+    let (cert, key) = (dir.join("api.crt"), dir.join("api.key"));
+    if !(cert.is_file() && key.is_file()) {
+        create_private_dir(&dir)?;
+        let mut names = vec!["localhost".to_owned(), listen.ip().to_string()];
+        if listen.ip().is_unspecified() {
+            names.push("127.0.0.1".to_owned());
+        }
+        let generated = racklift_listener::tls::self_signed(&names, "racklift API")?;
+        write_private(&key, &generated.key_pem).with_context(|| format!("writing {}", key.display()))?;
+        std::fs::write(&cert, &generated.certificate_pem)
+            .with_context(|| format!("writing {}", cert.display()))?;
+    }
+    let cert_pem = std::fs::read_to_string(&cert).with_context(|| format!("reading {}", cert.display()))?;
+    let key_pem = std::fs::read_to_string(&key).with_context(|| format!("reading {}", key.display()))?;
+    let transport = settings::ApiTransport::tls(&cert_pem, &key_pem)
+        .with_context(|| format!("the generated certificate {}", cert.display()))?;
+    Ok((transport, cert))
 }
 
 /// The simulated rack's password, a name in the secrets directory.

@@ -231,6 +231,34 @@ impl Settings {
                 ),
             ));
         }
+        match (&self.api.tls_certificate, &self.api.tls_key) {
+            (Some(_), None) => return Err(invalid("api.tls_key", "is needed with api.tls_certificate")),
+            (None, Some(_)) => return Err(invalid("api.tls_certificate", "is needed with api.tls_key")),
+            (Some(_), Some(_)) if self.api.plain_http => {
+                return Err(invalid(
+                    "api.plain_http",
+                    "contradicts api.tls_certificate: the API serves one or the other",
+                ));
+            }
+            _ => {}
+        }
+        match (&self.api.media_listen, &self.api.media_public_address) {
+            (Some(_), None) => {
+                return Err(invalid(
+                    "api.media_public_address",
+                    "is needed with api.media_listen: media URLs must point at the media listener",
+                ));
+            }
+            (_, Some(url))
+                if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 =>
+            {
+                return Err(invalid(
+                    "api.media_public_address",
+                    "must be an http:// or https:// URL with a host",
+                ));
+            }
+            _ => {}
+        }
         if self.api.media_file_name.is_empty() || self.api.media_file_name.contains('/') {
             return Err(invalid("api.media_file_name", "must be a file name without '/'"));
         }

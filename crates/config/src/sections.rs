@@ -60,6 +60,24 @@ pub struct ApiSettings {
     pub body_timeout_secs: u64,
     /// Connections open at once; past it new ones wait until one closes.
     pub max_connections: usize,
+    /// The API's TLS certificate (PEM, the leaf first, then its chain), with `tls_key`. IncusOS calls the API
+    /// over TLS 1.3 only; `racklift up` generates one in the data directory when this is unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_certificate: Option<PathBuf>,
+    /// The private key (PEM) of `tls_certificate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve the API over plain HTTP: only behind a TLS-terminating proxy or in a test. `racklift api` refuses to
+    /// start without either this or a certificate.
+    pub plain_http: bool,
+    /// Also serve the installation media (only `/media/…`) over plain HTTP here, with the same limits: many BMCs
+    /// cannot fetch virtual media over HTTPS from a self-signed certificate. Needs `media_public_address`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media_listen: Option<SocketAddr>,
+    /// The URL BMCs reach `media_listen` at (`http://racklift.example.net:7879`); media URLs are built from it
+    /// instead of the public address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media_public_address: Option<String>,
 }
 
 impl Default for ApiSettings {
@@ -74,6 +92,11 @@ impl Default for ApiSettings {
             request_timeout_secs: 60,
             body_timeout_secs: 30,
             max_connections: 1024,
+            tls_certificate: None,
+            tls_key: None,
+            plain_http: false,
+            media_listen: None,
+            media_public_address: None,
         }
     }
 }

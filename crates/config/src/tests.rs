@@ -56,6 +56,9 @@ fn every_key_changed() -> Settings {
     s.api.request_timeout_secs = 45;
     s.api.body_timeout_secs = 20;
     s.api.max_connections = 512;
+    s.api.plain_http = true;
+    s.api.media_listen = Some("0.0.0.0:7879".parse().unwrap());
+    s.api.media_public_address = Some("http://racklift.example.net:7879".into());
     s.worker.concurrency = 12;
     s.worker.batch = 13;
     s.worker.poll_interval_ms = 14;
@@ -430,6 +433,8 @@ fn the_reference_documents_every_key() {
     let mut all = every_key_changed();
     all.database.url_file = Some("f".into());
     all.tls.bmc_ca_file = Some("c".into());
+    all.api.tls_certificate = Some("a.crt".into());
+    all.api.tls_key = Some("a.key".into());
     all.simulation.time_scale = Some(0.5);
     let mut keys = Vec::new();
     leaves(&toml::Value::try_from(&all).unwrap(), "", &mut keys);
@@ -467,4 +472,37 @@ fn the_shipped_example_loads() {
         );
         Ok(())
     });
+}
+
+#[test]
+fn tls_and_media_listener_keys_that_cannot_work_are_refused_naming_the_key() {
+    type Change = fn(&mut Settings);
+    let cases: [(Change, &str); 4] = [
+        (
+            |s| s.api.tls_certificate = Some("/etc/racklift/api.crt".into()),
+            "api.tls_key",
+        ),
+        (
+            |s| s.api.tls_key = Some("/etc/racklift/api.key".into()),
+            "api.tls_certificate",
+        ),
+        (
+            |s| {
+                s.api.tls_certificate = Some("/etc/racklift/api.crt".into());
+                s.api.tls_key = Some("/etc/racklift/api.key".into());
+                s.api.plain_http = true;
+            },
+            "api.plain_http",
+        ),
+        (
+            |s| s.api.media_listen = Some("0.0.0.0:7879".parse().unwrap()),
+            "api.media_public_address",
+        ),
+    ];
+    for (change, key) in cases {
+        let mut s = Settings::default();
+        change(&mut s);
+        let error = s.validate().expect_err(key).to_string();
+        assert!(error.starts_with(key), "{error}");
+    }
 }

@@ -73,6 +73,7 @@ fn facts() -> Facts {
             .map(|db| (*db, vec![fp("incusos"), fp("msca")]))
             .collect(),
         registered: false,
+        registration_refused: None,
         media_progress: Some(MediaProgress {
             bytes_read: 300 << 20,
             last_read_at: Some(t(590)),

@@ -11,7 +11,7 @@ use crate::config::{Config, secs};
 use crate::decision::{Action, Cause, Decision, Failure, Jitter, Outcome, Step, Terminal, Transition};
 use crate::facts::{Facts, PowerState, TaskState};
 use crate::install::{self, WaitEval};
-use crate::record::{Deployment, Machine};
+use crate::record::{Deployment, Machine, Plan};
 use crate::secure_boot;
 use crate::table::{Budget, Kind, State};
 
@@ -511,7 +511,7 @@ fn decide_wait(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step {
     let timed_out = timeout_at.is_some_and(|at| now >= at);
     match eval {
         WaitEval::Met { to, cause } => transition(next, to, cause, now, true),
-        _ if timed_out => wait_timeout(next, now, cfg),
+        _ if timed_out => wait_timeout(next, facts, &d.plan, now, cfg),
         WaitEval::Act(action) => {
             let changed = next != *m;
             let call_deadline_secs = def.call_deadline_secs(cfg);
@@ -544,10 +544,11 @@ fn poll_again(next: Machine, m: &Machine, poll: Time, timeout_at: Option<Time>) 
 }
 
 /// A wait outstayed its time: back to its trigger, counted, or failed where there is none.
-fn wait_timeout(mut m: Machine, now: Time, cfg: &Config) -> Step {
+fn wait_timeout(mut m: Machine, facts: &Facts, plan: &Plan, now: Time, cfg: &Config) -> Step {
     let def = m.state.def();
     let Some(fallback) = def.fallback else {
-        return fail(m, Cause::WaitTimeout, None, now);
+        let why = install::timeout_reason(m.state, plan, facts, cfg);
+        return fail(m, Cause::WaitTimeout, why, now);
     };
     if def.budget == Budget::BiosFallback {
         return bios_fallback(m, fallback, now, cfg);

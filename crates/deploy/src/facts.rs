@@ -142,6 +142,8 @@ pub struct Facts {
     pub key_dbs: BTreeMap<KeyDb, Vec<Fingerprint>>,
     /// The server registered itself with its token.
     pub registered: bool,
+    /// Why the last registration carrying this deployment's token was refused, if one was.
+    pub registration_refused: Option<String>,
     /// `None` when no progress has been recorded for this deployment.
     pub media_progress: Option<MediaProgress>,
     pub cancel: Option<CancelRequest>,

@@ -176,3 +176,46 @@ pub(crate) fn wait_secure_boot_settled(m: &mut Machine, facts: &Facts, now: Time
     }
     WaitEval::Pending
 }
+
+/// Why a wait without a fallback ran out, from what was last observed: what an operator reads on the failed
+/// deployment and its dead letter. The install wait says how much of the media was read and whether the server
+/// ever restarted; the registration wait passes on the refusal the server got, or says it never called.
+pub fn timeout_reason(state: State, plan: &Plan, facts: &Facts, cfg: &Config) -> Option<String> {
+    let boot = facts
+        .boot_progress
+        .map(|b| format!("; boot progress {b:?}"))
+        .unwrap_or_default();
+    match state {
+        State::WaitInstall => {
+            let read = match (&facts.media_progress, plan.image_size_bytes) {
+                (Some(p), _) if p.bytes_read < 0 => "media read by several readers".to_owned(),
+                (Some(p), Some(size)) if size > 0 => format!(
+                    "{} of {size} media bytes read ({} %)",
+                    p.bytes_read,
+                    p.bytes_read.max(0) as u64 * 100 / size
+                ),
+                (Some(p), _) => format!("{} media bytes read", p.bytes_read),
+                (None, _) => "no media bytes read".to_owned(),
+            };
+            Some(format!(
+                "the installer did not finish within {} s: {read}, no restart seen{boot}. IncusOS installs only \
+                 from a seed it can use (one matching target disk, or force_install over an installed one) and \
+                 restarts when done",
+                cfg.install_timeout_secs
+            ))
+        }
+        State::WaitRegistration => Some(match &facts.registration_refused {
+            Some(why) => format!(
+                "the server's registration was refused: {why} (no registration within {} s)",
+                cfg.registration_timeout_secs
+            ),
+            None => format!(
+                "the installed server did not register within {} s{boot}. IncusOS registers at its seed's \
+                 provider server_url with the deployment's token, and stops before that when a seed file does \
+                 not parse",
+                cfg.registration_timeout_secs
+            ),
+        }),
+        _ => None,
+    }
+}

@@ -382,3 +382,64 @@ fn secure_boot_settle_watches_the_power_on_closely() {
     assert!(anchored.machine.settle_watch.is_some());
     assert_eq!(next_poll(&anchored, 101), full, "anchored");
 }
+
+/// A wait with nowhere to fall back to fails naming what was last seen: how much of the media was read and
+/// whether the server restarted, or the refusal its registration got.
+#[test]
+fn install_and_registration_timeouts_say_what_was_last_seen() {
+    let c = cfg();
+    let read = |bytes| MediaProgress {
+        bytes_read: bytes,
+        last_read_at: Some(t(30)),
+    };
+    let cases: &[(State, u64, Facts, &[&str])] = &[
+        (
+            State::WaitInstall,
+            c.install_timeout_secs,
+            Facts {
+                power: Some(PowerState::On),
+                media_progress: Some(read(3 * 1024 * MIB as i64)),
+                ..Facts::default()
+            },
+            &[
+                "installer did not finish",
+                "3221225472 of 3221225472 media bytes read (100 %)",
+                "no restart seen",
+            ],
+        ),
+        (
+            State::WaitInstall,
+            c.install_timeout_secs,
+            Facts::default(),
+            &["no media bytes read"],
+        ),
+        (
+            State::WaitRegistration,
+            c.registration_timeout_secs,
+            Facts {
+                boot_progress: Some(P::OSRunning),
+                ..Facts::default()
+            },
+            &["did not register within", "boot progress OSRunning", "server_url"],
+        ),
+        (
+            State::WaitRegistration,
+            c.registration_timeout_secs,
+            Facts {
+                registration_refused: Some("hostname \"x\" is not the one the seed names".to_owned()),
+                ..Facts::default()
+            },
+            &["registration was refused: hostname \"x\""],
+        ),
+    ];
+    for (state, timeout, facts, wanted) in cases {
+        let d = at_state(*state, 0);
+        let step = decide(&d, facts, t(*timeout as i64 + 1), &c);
+        let failure = step.machine.failure.expect("a failure");
+        assert_eq!((failure.state, failure.cause), (*state, Cause::WaitTimeout));
+        let error = failure.error.expect("a reason");
+        for w in *wanted {
+            assert!(error.contains(w), "{state:?}: {error:?} lacks {w:?}");
+        }
+    }
+}

@@ -127,6 +127,7 @@ prop_compose! {
         ]),
         key_dbs in arb_key_dbs(),
         registered in prop::bool::weighted(0.03),
+        refused in prop::bool::weighted(0.05),
         read in prop::option::of((-1i64..1500, 0i64..600)),
         cancel in (0.0f64..1.0, any::<bool>()),
     ) -> Facts {
@@ -139,6 +140,7 @@ prop_compose! {
             bios_task: task,
             key_dbs,
             registered,
+            registration_refused: refused.then(|| "the registration token was already used".to_owned()),
             media_progress: read.map(|(mib, ago)| MediaProgress {
                 bytes_read: if mib < 0 { -1 } else { mib * MIB as i64 },
                 last_read_at: Some(t(-ago)),

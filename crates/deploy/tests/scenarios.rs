@@ -153,6 +153,7 @@ impl Server {
             registered: self
                 .rebooted_after_install
                 .is_some_and(|r| now >= r + TimeDelta::minutes(2)),
+            registration_refused: None,
             media_progress: self.reads,
             cancel: None,
         }

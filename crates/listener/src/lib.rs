@@ -6,7 +6,10 @@
 //! - **a cap on open connections** ([`Limits::max_connections`]): past it, new connections wait in the kernel's
 //!   accept queue until one closes, so thousands of idle sockets cannot exhaust the process's file descriptors,
 //!   and the header timeout frees their slots;
-//! - **graceful shutdown**: on `shutdown` no new connection is accepted and the open ones finish their requests.
+//! - **graceful shutdown**: on `shutdown` no new connection is accepted and the open ones finish their requests;
+//! - **TLS** when asked ([`Transport::Tls`], see [`tls`]): the handshake and the first request's head share the
+//!   header read timeout, so a client that stalls mid-handshake is closed like one that stalls mid-head, and a
+//!   client certificate reaches handlers as the [`PeerCertificate`] extension.
 //!
 //! Request and body deadlines depend on the route (an installation image streams for many minutes), so they are
 //! layers of the router itself (see `racklift_api::router`).
@@ -23,9 +26,34 @@ use hyper::server::conn::http1::Builder;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
+
+pub mod tls;
+
+pub use tls::PeerCertificate;
+
+/// What a listener speaks on its connections.
+#[derive(Clone, Debug)]
+pub enum Transport {
+    /// Plain HTTP/1.1.
+    Plain,
+    /// HTTP/1.1 over TLS with this configuration (see [`tls::server_config`]).
+    Tls(Arc<rustls::ServerConfig>),
+}
+
+impl Transport {
+    /// `https` or `http`, for the URLs a caller prints.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Transport::Plain => "http",
+            Transport::Tls(_) => "https",
+        }
+    }
+}
 
 /// What a listener allows a client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,14 +76,30 @@ impl Default for Limits {
     }
 }
 
-/// Serves `app` on `listener` within `limits` until `shutdown` completes, then lets open connections finish.
-/// Handlers see the peer as `ConnectInfo<SocketAddr>`, as with axum's own `into_make_service_with_connect_info`.
+/// Serves `app` over plain HTTP on `listener` within `limits` until `shutdown` completes, then lets open
+/// connections finish. Handlers see the peer as `ConnectInfo<SocketAddr>`, as with axum's own
+/// `into_make_service_with_connect_info`.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_with(listener, app, limits, Transport::Plain, shutdown).await
+}
+
+/// As [`serve`], speaking `transport`.
+pub async fn serve_with(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    transport: Transport,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let acceptor = match transport {
+        Transport::Plain => None,
+        Transport::Tls(config) => Some(TlsAcceptor::from(config)),
+    };
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     // HTTP/1.1 only: BMCs, browsers, the CLI and Prometheus all speak it, and without TLS HTTP/2 would need
@@ -84,26 +128,59 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = app.clone().map_request(move |mut request: Request<_>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            request
-        });
-        let service = TowerToHyperService::new(service.map_err(|never: Infallible| match never {}));
+        let app = app.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let head_timeout = limits.header_read_timeout;
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            // hyper times a request head from its first byte: a connection that never sends one is timed here.
-            if tokio::time::timeout(head_timeout, stream.readable())
-                .await
-                .is_err()
-            {
-                drop(slot);
-                return;
+            let service = move |certificate: Option<PeerCertificate>| {
+                let service = app.map_request(move |mut request: Request<_>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    if let Some(certificate) = &certificate {
+                        request.extensions_mut().insert(certificate.clone());
+                    }
+                    request
+                });
+                TowerToHyperService::new(service.map_err(|never: Infallible| match never {}))
+            };
+            match acceptor {
+                None => {
+                    // hyper times a request head from its first byte: a connection that never sends one is timed
+                    // here.
+                    if tokio::time::timeout(head_timeout, stream.readable())
+                        .await
+                        .is_err()
+                    {
+                        drop(slot);
+                        return;
+                    }
+                    let connection = builder.serve_connection(TokioIo::new(stream), service(None));
+                    // A client that hangs up or times out is no error of the server's.
+                    let _ = watcher.watch(connection).await;
+                }
+                Some(acceptor) => {
+                    // The handshake and the first byte of the first request head within one header timeout.
+                    let opened = tokio::time::timeout(head_timeout, async {
+                        let tls = acceptor.accept(stream).await.ok()?;
+                        let certificate = tls
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|chain| chain.first())
+                            .map(|leaf| PeerCertificate::from_der(leaf.to_vec()));
+                        // Buffered so the first byte can be awaited without being consumed.
+                        let mut buffered = BufReader::new(tls);
+                        let first = buffered.fill_buf().await.ok()?;
+                        (!first.is_empty()).then_some((buffered, certificate))
+                    })
+                    .await;
+                    if let Ok(Some((stream, certificate))) = opened {
+                        let connection = builder.serve_connection(TokioIo::new(stream), service(certificate));
+                        let _ = watcher.watch(connection).await;
+                    }
+                }
             }
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            // A client that hangs up or times out is no error of the server's.
-            let _ = watcher.watch(connection).await;
             drop(slot);
         });
     }
@@ -114,3 +191,6 @@ pub async fn serve(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tls_tests;

@@ -7,13 +7,15 @@
 //!
 //! - [`layout`]: where partition 2 starts and how much it holds, read once when an image enters the catalog;
 //! - [`seed`]: the seed's files (typed after IncusOS's `api/seed` structures) and their archive;
-//! - [`compose`]: the overlay applied to any byte range of the image, and a whole composed file for a USB stick.
+//! - [`compose`]: the overlay applied to any byte range of the image, and a whole composed file for a USB stick;
+//! - [`pack`]: an operator's own seed (a directory or an archive) checked and packed for a stick.
 //!
 //! The API serves [`compose::Overlay::apply`]'d ranges; `racklift media compose` writes
 //! [`compose::write_composed`]'s output; both from the same code, so the stick and the virtual media match.
 
 pub mod compose;
 pub mod layout;
+pub mod pack;
 pub mod seed;
 
 pub use compose::{Overlay, write_composed};

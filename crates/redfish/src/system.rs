@@ -78,6 +78,9 @@ pub struct SystemInfo {
     /// `Id`.
     #[serde(default)]
     pub id: String,
+    /// `UUID`: the system's SMBIOS UUID, IncusOS's default hostname.
+    #[serde(rename = "UUID", default)]
+    pub uuid: Option<String>,
     /// `PowerState` (absent on some BMCs while they boot).
     #[serde(default)]
     pub power_state: Option<PowerState>,

@@ -18,6 +18,9 @@ pub enum StoreError {
     /// what that one made.
     #[error("idempotency key {key:?} was used for another request (job {existing_job})")]
     IdempotencyKeyReused { key: String, existing_job: i64 },
+    /// Generating racklift's client identity failed (the key generator or the certificate encoder).
+    #[error("generating the client identity")]
+    Identity(#[source] rcgen::Error),
     #[error("queue")]
     Queue(#[source] racklift_queue::QueueError),
     #[error("database")]

@@ -9,12 +9,14 @@ mod catalog;
 mod deployments;
 mod error;
 mod events;
+mod identity;
 mod install_config;
 mod media;
 mod registration;
 mod servers;
 mod triage;
 mod ui_sessions;
+mod updates;
 
 pub use bmc_actions::{BMC_ACTION_KIND, BmcAction, BmcActionPayload, bmc_action_request_key};
 pub use catalog::{
@@ -24,6 +26,7 @@ pub use catalog::{
 pub use deployments::{DeploymentRecord, NewDeployment, STEP_KIND, queue_error, step_job};
 pub use error::StoreError;
 pub use events::Event;
+pub use identity::{CLIENT_IDENTITY_NAME, ClientIdentity};
 pub use media::{ApiFacts, MediaRead, MediaTarget};
 pub use registration::{Registered, RegistrationRefused, RegistrationRequest};
 pub use servers::{NewServer, Server, ServerStatus, ServerUpdate, advance_fence};
@@ -35,6 +38,7 @@ pub use triage::{
     redact, redact_text,
 };
 pub use ui_sessions::NewUiSession;
+pub use updates::{NewUpdate, Update, UpdateFile};
 
 use sqlx::PgPool;
 

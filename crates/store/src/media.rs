@@ -28,6 +28,8 @@ pub struct ApiFacts {
     /// Distinct ranges read, by source address.
     pub media: BTreeMap<String, RangeSet>,
     pub last_read_at: Option<DateTime<Utc>>,
+    /// The reason of the last refused registration that carried this deployment's token.
+    pub last_refusal: Option<String>,
 }
 
 /// Where a media URL leads: just enough to serve a range, so a read costs one narrow query.
@@ -103,9 +105,13 @@ impl Store {
             source: Option<String>,
             ranges: Option<serde_json::Value>,
             last_read_at: Option<DateTime<Utc>>,
+            last_refusal: Option<String>,
         }
         let rows: Vec<ContextRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {}, d.cancel, m.source, m.ranges, m.last_read_at \
+            "SELECT {}, d.cancel, m.source, m.ranges, m.last_read_at, \
+                    (SELECT e.detail->>'reason' FROM server_events e \
+                     WHERE e.deployment_id = d.id AND e.kind = 'registration_refused' \
+                     ORDER BY e.id DESC LIMIT 1) AS last_refusal \
              FROM deployments d JOIN servers s ON s.name = d.server \
              LEFT JOIN media_reads m ON m.deployment_id = d.id WHERE d.id = $1",
             qualified_columns("s")
@@ -118,6 +124,7 @@ impl Store {
         for row in rows {
             facts.registered_at = row.server.registered_at;
             facts.cancel = row.cancel;
+            facts.last_refusal = row.last_refusal;
             if let (Some(source), Some(ranges)) = (row.source, row.ranges) {
                 facts.media.insert(source, range_set(ranges)?);
                 facts.last_read_at = facts.last_read_at.max(row.last_read_at);

@@ -17,6 +17,9 @@ pub struct RegistrationRequest<'a> {
     pub name: &'a str,
     /// Where its Incus API answers (`https://<management address>:8443`).
     pub connection_url: &'a str,
+    /// SHA-256 of the Incus client certificate the server presented over TLS, if it presented one: how it is
+    /// recognised when it calls again (update checks).
+    pub client_certificate_sha256: Option<&'a str>,
 }
 
 /// A registration accepted.
@@ -105,10 +108,7 @@ impl Store {
             Some(RegistrationRefused::Replay { server })
         } else if c.finished {
             Some(RegistrationRefused::Finished { server })
-        } else if let Some(expected) = c
-            .expected_hostname
-            .filter(|e| !e.eq_ignore_ascii_case(request.name))
-        {
+        } else if let Some(expected) = c.expected_hostname.filter(|e| !hostname_matches(e, request.name)) {
             Some(RegistrationRefused::WrongName {
                 server,
                 expected,
@@ -142,14 +142,26 @@ impl Store {
             });
         }
         let detail = serde_json::to_value(request).expect("a registration serialises");
+        if let Some(sha256) = request.client_certificate_sha256 {
+            // One certificate names one server: a disk moved to another chassis takes its identity with it.
+            sqlx::query(
+                "UPDATE servers SET client_certificate_sha256 = NULL, updated_at = now() \
+                 WHERE client_certificate_sha256 = $1 AND name <> $2",
+            )
+            .bind(sha256)
+            .bind(&c.server)
+            .execute(&mut *tx)
+            .await?;
+        }
         let updated = sqlx::query(
             "UPDATE servers SET registered_at = now(), registration = $2, connection_url = $3, \
-             status = CASE WHEN status = 'deploying' THEN status ELSE 'registered' END, \
+             client_certificate_sha256 = $4, status = CASE WHEN status = 'deploying' THEN status ELSE 'registered' END, \
              status_detail = 'registered', updated_at = now() WHERE name = $1",
         )
         .bind(&c.server)
         .bind(&detail)
         .bind(request.connection_url)
+        .bind(request.client_certificate_sha256)
         .execute(&mut *tx)
         .await?;
         if updated.rows_affected() != 1 {
@@ -193,6 +205,23 @@ impl Store {
     }
 }
 
+/// Whether IncusOS registering as `given` is the server expected as `expected`. Hostnames compare without case.
+/// When the expected name is the system UUID the BMC reported (IncusOS's default hostname is the SMBIOS product
+/// UUID the OS reads), the OS may also show it with the first three fields byte-swapped: SMBIOS before 2.6 left
+/// their byte order open, and BMCs and kernels of one machine have been seen to disagree.
+pub fn hostname_matches(expected: &str, given: &str) -> bool {
+    if expected.eq_ignore_ascii_case(given) {
+        return true;
+    }
+    match (uuid::Uuid::parse_str(expected), uuid::Uuid::parse_str(given)) {
+        (Ok(e), Ok(g)) => {
+            let (a, b, c, d) = e.as_fields();
+            uuid::Uuid::from_fields(a.swap_bytes(), b.swap_bytes(), c.swap_bytes(), d) == g
+        }
+        _ => false,
+    }
+}
+
 /// The detail of a `registration_refused` event.
 #[derive(Serialize)]
 struct RefusalDetail<'a> {
@@ -200,4 +229,40 @@ struct RefusalDetail<'a> {
     reason: String,
     #[serde(flatten)]
     request: &'a RegistrationRequest<'a>,
+}
+
+#[cfg(test)]
+mod hostname_tests {
+    use super::hostname_matches;
+
+    #[test]
+    fn a_hostname_matches_without_case_and_a_uuid_also_with_its_first_fields_swapped() {
+        let cases = [
+            ("node2", "NODE2", true),
+            ("node2", "node3", false),
+            (
+                "4C4C4544-0042-3510-8052-B4C04F4E4D32",
+                "4c4c4544-0042-3510-8052-b4c04f4e4d32",
+                true,
+            ),
+            (
+                "4c4c4544-0042-3510-8052-b4c04f4e4d32",
+                "44454c4c-4200-1035-8052-b4c04f4e4d32",
+                true,
+            ),
+            (
+                "4c4c4544-0042-3510-8052-b4c04f4e4d32",
+                "44454c4c-4200-1035-8052-b4c04f4e4d33",
+                false,
+            ),
+            ("4c4c4544-0042-3510-8052-b4c04f4e4d32", "node1", false),
+        ];
+        for (expected, given, matches) in cases {
+            assert_eq!(
+                hostname_matches(expected, given),
+                matches,
+                "{expected} vs {given}"
+            );
+        }
+    }
 }

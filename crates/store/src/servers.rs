@@ -225,6 +225,37 @@ impl Store {
         row.map(Server::from).ok_or_else(|| not_found(name))
     }
 
+    /// The server whose registration presented the client certificate with this fingerprint (lower-case hex
+    /// SHA-256 of its DER), if any: how a registered IncusOS server's own calls are authenticated.
+    pub async fn server_by_client_certificate(&self, sha256: &str) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT name FROM servers WHERE client_certificate_sha256 = $1")
+                .bind(sha256)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Records (or, with `None`, forgets) the fingerprint of the client certificate a server registered with.
+    /// Another server holding the same fingerprint is a conflict.
+    pub async fn set_client_certificate(&self, name: &str, sha256: Option<&str>) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE servers SET client_certificate_sha256 = $2, updated_at = now() WHERE name = $1",
+        )
+        .bind(name)
+        .bind(sha256)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::on_unique(
+            "client certificate",
+            sha256.unwrap_or_default(),
+        ))?;
+        if done.rows_affected() == 0 {
+            return Err(not_found(name));
+        }
+        Ok(())
+    }
+
     /// Deletes a server that has no running deployment.
     pub async fn delete_server(&self, name: &str) -> Result<(), StoreError> {
         let done = sqlx::query(

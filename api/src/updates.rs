@@ -1,0 +1,295 @@
+//! The update catalog as IncusOS reads it (its `operations-center` provider): `GET /1.0/provisioning/updates`,
+//! `…/{uuid}/files` and `…/{uuid}/files/{filename}`, every answer in the Incus envelope
+//! ([`crate::incus_envelope`]), errors included.
+//!
+//! A caller is either a registered server, by the TLS client certificate it registered with (its fingerprint in
+//! `servers.client_certificate_sha256`, seen as [`racklift_listener::PeerCertificate`]), or anyone with an API
+//! token of any role. Everyone else gets 403 in the Incus error envelope, never the operator API's 401: IncusOS
+//! has no API token to offer, and it reads only the envelope.
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use chrono::{DateTime, Utc};
+use racklift_listener::PeerCertificate;
+use racklift_store::{Update, UpdateFile};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio_util::io::ReaderStream;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::incus_envelope::{IncusError, IncusErrorBody, IncusResponse};
+use crate::media::{RangePlan, plan_ranges};
+
+/// Who may read the update catalog.
+#[derive(Debug)]
+pub enum UpdateReader {
+    /// A registered server, by its client certificate.
+    Server(String),
+    /// An API token (any role), by name.
+    Token(String),
+}
+
+impl UpdateReader {
+    /// For the log: the server's or the token's name.
+    fn name(&self) -> &str {
+        match self {
+            UpdateReader::Server(name) | UpdateReader::Token(name) => name,
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for UpdateReader {
+    type Rejection = IncusError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        if let Some(certificate) = parts.extensions.get::<PeerCertificate>()
+            && let Some(server) = state
+                .store
+                .server_by_client_certificate(&certificate.sha256)
+                .await?
+        {
+            return Ok(UpdateReader::Server(server));
+        }
+        let secret = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|s| !s.is_empty());
+        if let Some(secret) = secret
+            && let Some(token) = state.store.api_token(secret).await?
+        {
+            return Ok(UpdateReader::Token(token.name));
+        }
+        Err(IncusError::forbidden())
+    }
+}
+
+/// An update as listed with `recursion=1`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct UpdateView {
+    #[schema(value_type = Uuid)]
+    pub uuid: Uuid,
+    #[schema(example = "202612010000")]
+    pub version: String,
+    #[schema(example = json!(["stable"]))]
+    pub channels: Vec<String>,
+    pub published_at: DateTime<Utc>,
+}
+
+impl From<Update> for UpdateView {
+    fn from(u: Update) -> UpdateView {
+        UpdateView {
+            uuid: u.uuid,
+            version: u.version,
+            channels: u.channels,
+            published_at: u.published_at,
+        }
+    }
+}
+
+/// A file of an update, as IncusOS reads it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct UpdateFileView {
+    #[schema(example = "IncusOS_202612010000.efi.gz")]
+    pub filename: String,
+    pub size: i64,
+    /// `os` or an application name.
+    #[schema(example = "os")]
+    pub component: String,
+    #[serde(rename = "type")]
+    #[schema(example = "update-efi")]
+    pub file_type: String,
+    /// `x86_64`, `aarch64`, or empty for any.
+    #[schema(example = "x86_64")]
+    pub architecture: String,
+    pub sha256: String,
+}
+
+impl From<UpdateFile> for UpdateFileView {
+    fn from(f: UpdateFile) -> UpdateFileView {
+        UpdateFileView {
+            filename: f.filename,
+            size: f.size_bytes,
+            component: f.component,
+            file_type: f.file_type,
+            architecture: f.architecture,
+            sha256: f.sha256,
+        }
+    }
+}
+
+/// `recursion=1` (or more) lists the updates themselves; without it, their URLs (the Incus convention).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    #[param(minimum = 0, maximum = 2)]
+    recursion: Option<u8>,
+}
+
+/// The list of updates: URLs without `recursion`, the updates with `recursion=1`.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum UpdateList {
+    Urls(Vec<String>),
+    Updates(Vec<UpdateView>),
+}
+
+fn parse_uuid(text: &str) -> Result<Uuid, IncusError> {
+    text.parse().map_err(|_| IncusError::not_found("update"))
+}
+
+/// The published updates, newest first.
+#[utoipa::path(get, path = "/1.0/provisioning/updates", tag = "provisioning",
+    security(("bearer" = ["viewer"]), ("incus_client_certificate" = [])),
+    params(ListQuery),
+    responses(
+        (status = 200, description = "Update URLs, or with `recursion=1` the updates (Incus envelope)",
+            body = IncusResponse<UpdateList>),
+        (status = 400, description = "`recursion` is not a number (Incus envelope)", body = IncusErrorBody),
+        (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
+            body = IncusErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    _: UpdateReader,
+    RawQuery(query): RawQuery,
+) -> Result<IncusResponse<UpdateList>, IncusError> {
+    let q: ListQuery = serde_urlencoded::from_str(query.as_deref().unwrap_or_default())
+        .map_err(|e| IncusError::new(StatusCode::BAD_REQUEST, format!("query: {e}")))?;
+    let updates = state.store.updates().await?;
+    let list = if q.recursion.unwrap_or(0) >= 1 {
+        UpdateList::Updates(updates.into_iter().map(UpdateView::from).collect())
+    } else {
+        UpdateList::Urls(
+            updates
+                .iter()
+                .map(|u| format!("/1.0/provisioning/updates/{}", u.uuid))
+                .collect(),
+        )
+    };
+    Ok(IncusResponse::sync(list))
+}
+
+/// The files of an update.
+#[utoipa::path(get, path = "/1.0/provisioning/updates/{uuid}/files", tag = "provisioning",
+    security(("bearer" = ["viewer"]), ("incus_client_certificate" = [])),
+    params(("uuid" = Uuid, Path, description = "The update")),
+    responses(
+        (status = 200, description = "Its files (Incus envelope)", body = IncusResponse<Vec<UpdateFileView>>),
+        (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
+            body = IncusErrorBody),
+        (status = 404, description = "No such update (Incus envelope)", body = IncusErrorBody)))]
+pub async fn files(
+    State(state): State<AppState>,
+    _: UpdateReader,
+    Path(uuid): Path<String>,
+) -> Result<IncusResponse<Vec<UpdateFileView>>, IncusError> {
+    let uuid = parse_uuid(&uuid)?;
+    if state.store.update(uuid).await?.is_none() {
+        return Err(IncusError::not_found("update"));
+    }
+    let files = state.store.update_files(uuid).await?;
+    Ok(IncusResponse::sync(
+        files.into_iter().map(UpdateFileView::from).collect(),
+    ))
+}
+
+/// A file of an update: the whole file, or one byte range (RFC 9110); HEAD for its size. Several ranges in one
+/// request are refused (416): IncusOS fetches whole files, and a resuming client asks for one tail.
+#[utoipa::path(method(get, head), path = "/1.0/provisioning/updates/{uuid}/files/{filename}", tag = "provisioning",
+    security(("bearer" = ["viewer"]), ("incus_client_certificate" = [])),
+    params(("uuid" = Uuid, Path, description = "The update"),
+        ("filename" = String, Path, example = "IncusOS_202612010000.efi.gz", description = "A file of the update"),
+        ("Range" = Option<String>, Header, description = "bytes=…")),
+    responses(
+        (status = 200, description = "The file", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 206, description = "The range asked for", content_type = "application/octet-stream",
+            body = Vec<u8>),
+        (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
+            body = IncusErrorBody),
+        (status = 404, description = "No such update or file (Incus envelope)", body = IncusErrorBody),
+        (status = 416, description = "The range is not satisfiable (Incus envelope)", body = IncusErrorBody)))]
+pub async fn download(
+    State(state): State<AppState>,
+    reader: UpdateReader,
+    Path((uuid, filename)): Path<(String, String)>,
+    method: Method,
+    headers: HeaderMap,
+) -> Result<Response, IncusError> {
+    let uuid = parse_uuid(&uuid)?;
+    let file = state
+        .store
+        .update_file(uuid, &filename)
+        .await?
+        .ok_or_else(|| IncusError::not_found("update file"))?;
+    // Held to the images directory at every request, as catalog images are.
+    let Some(path) =
+        crate::media::image_in_dir(&state.config.images_dir, std::path::Path::new(&file.path)).await
+    else {
+        tracing::error!(update = %uuid, filename = %file.filename, path = %file.path,
+            "update file not a regular file inside the images directory; not served");
+        return Err(IncusError::not_found("update file"));
+    };
+    let size = tokio::fs::metadata(&path)
+        .await
+        .map(|m| m.len())
+        .unwrap_or(u64::MAX);
+    if size != file.size_bytes as u64 {
+        tracing::error!(update = %uuid, filename = %file.filename, size, expected = file.size_bytes,
+            "update file changed since it was published; not served");
+        return Err(IncusError::not_found("update file"));
+    }
+    let (status, start, len) =
+        match plan_ranges(headers.get(header::RANGE).map(HeaderValue::as_bytes), size, 1) {
+            RangePlan::Whole => (StatusCode::OK, 0, size),
+            RangePlan::Parts(ranges) if ranges.len() == 1 => {
+                let (s, e) = (*ranges[0].start(), *ranges[0].end());
+                (StatusCode::PARTIAL_CONTENT, s, e - s + 1)
+            }
+            RangePlan::Parts(_) | RangePlan::Unsatisfiable => {
+                let mut resp = axum::response::IntoResponse::into_response(IncusError::new(
+                    StatusCode::RANGE_NOT_SATISFIABLE,
+                    format!("the file is {size} bytes; one range at most"),
+                ));
+                resp.headers_mut().insert(
+                    header::CONTENT_RANGE,
+                    HeaderValue::from_str(&format!("bytes */{size}"))
+                        .unwrap_or(HeaderValue::from_static("bytes */0")),
+                );
+                return Ok(resp);
+            }
+        };
+    let mut builder = Response::builder()
+        .status(status)
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::CONTENT_LENGTH, len);
+    if status == StatusCode::PARTIAL_CONTENT {
+        builder = builder.header(
+            header::CONTENT_RANGE,
+            format!("bytes {start}-{}/{size}", start + len - 1),
+        );
+    }
+    let body = if method == Method::HEAD {
+        Body::empty()
+    } else {
+        let mut reader = tokio::fs::File::open(&path).await.map_err(|e| {
+            tracing::error!(update = %uuid, filename = %file.filename, error = %e, "update file unreadable");
+            IncusError::internal()
+        })?;
+        reader
+            .seek(std::io::SeekFrom::Start(start))
+            .await
+            .map_err(|_| IncusError::internal())?;
+        Body::from_stream(ReaderStream::with_capacity(reader.take(len), 64 * 1024))
+    };
+    tracing::debug!(update = %uuid, filename = %file.filename, reader = reader.name(), status = status.as_u16(), len,
+        "update file request");
+    builder.body(body).map_err(|_| IncusError::internal())
+}

@@ -1,0 +1,127 @@
+//! The update catalog (`updates`, `update_files`, migration 0012): what IncusOS servers list and fetch through
+//! `/1.0/provisioning/updates`. A file's bytes stay where they were published (inside `paths.images_dir`); the
+//! rows hold what IncusOS checks them against (size, SHA-256) and where they are.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::{Store, StoreError};
+
+/// A published update.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Update {
+    pub uuid: Uuid,
+    pub version: String,
+    pub channels: Vec<String>,
+    pub published_at: DateTime<Utc>,
+    pub published_by: String,
+}
+
+/// One file of an update.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct UpdateFile {
+    pub filename: String,
+    pub size_bytes: i64,
+    /// `os` or an application name.
+    pub component: String,
+    /// IncusOS's update file type (`update-efi`, `application`, ...).
+    #[sqlx(rename = "type")]
+    pub file_type: String,
+    /// `x86_64`, `aarch64`, or empty for any.
+    pub architecture: String,
+    pub sha256: String,
+    /// The canonical path inside the images directory.
+    pub path: String,
+}
+
+/// An update to publish with its files; the API has checked every file against its path.
+#[derive(Debug, Clone)]
+pub struct NewUpdate {
+    pub version: String,
+    pub channels: Vec<String>,
+    pub published_by: String,
+    pub files: Vec<UpdateFile>,
+}
+
+const UPDATE_COLUMNS: &str = "uuid, version, channels, published_at, published_by";
+const FILE_COLUMNS: &str = "filename, size_bytes, component, type, architecture, sha256, path";
+
+impl Store {
+    /// Records an update and its files in one transaction; a version published before is a conflict.
+    pub async fn publish_update(&self, new: &NewUpdate) -> Result<Update, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let update: Update = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO updates (version, channels, published_by) VALUES ($1, $2, $3) RETURNING {UPDATE_COLUMNS}"
+        )))
+        .bind(&new.version)
+        .bind(&new.channels)
+        .bind(&new.published_by)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::on_unique("update", &new.version))?;
+        for f in &new.files {
+            let inserted = sqlx::query(
+                "INSERT INTO update_files (update_uuid, filename, size_bytes, component, type, architecture, \
+                 sha256, path) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(update.uuid)
+            .bind(&f.filename)
+            .bind(f.size_bytes)
+            .bind(&f.component)
+            .bind(&f.file_type)
+            .bind(&f.architecture)
+            .bind(&f.sha256)
+            .bind(&f.path)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::on_unique("update file", &f.filename))?;
+            if inserted.rows_affected() != 1 {
+                return Err(StoreError::NotFound {
+                    what: "update",
+                    name: new.version.clone(),
+                });
+            }
+        }
+        tx.commit().await?;
+        Ok(update)
+    }
+
+    /// Every update, newest first (as IncusOS expects: it takes the first one on its channel).
+    pub async fn updates(&self) -> Result<Vec<Update>, StoreError> {
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {UPDATE_COLUMNS} FROM updates ORDER BY published_at DESC, version DESC"
+        )))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn update(&self, uuid: Uuid) -> Result<Option<Update>, StoreError> {
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {UPDATE_COLUMNS} FROM updates WHERE uuid = $1"
+        )))
+        .bind(uuid)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// The files of an update by name; empty when the update does not exist.
+    pub async fn update_files(&self, uuid: Uuid) -> Result<Vec<UpdateFile>, StoreError> {
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {FILE_COLUMNS} FROM update_files WHERE update_uuid = $1 ORDER BY filename"
+        )))
+        .bind(uuid)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn update_file(&self, uuid: Uuid, filename: &str) -> Result<Option<UpdateFile>, StoreError> {
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {FILE_COLUMNS} FROM update_files WHERE update_uuid = $1 AND filename = $2"
+        )))
+        .bind(uuid)
+        .bind(filename)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+}
