@@ -12,6 +12,7 @@ mod deploy;
 mod error;
 pub mod incus_envelope;
 mod media;
+mod media_targets;
 mod metrics;
 pub mod openapi;
 mod registration;
@@ -127,6 +128,7 @@ pub struct AppState {
     pub queue: racklift_queue::Queue,
     pub config: Arc<ApiConfig>,
     media_reads: media::Recorder,
+    media_targets: media_targets::MediaTargets,
 }
 
 impl AppState {
@@ -136,6 +138,7 @@ impl AppState {
             queue,
             config: Arc::new(config),
             media_reads: media::Recorder::default(),
+            media_targets: media_targets::MediaTargets::default(),
         }
     }
 

@@ -30,6 +30,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
+use crate::media_targets::Resolved;
+
+/// Bytes per file read: each is a hop to the blocking pool, so fewer, larger reads cost less per byte served.
+const READ_CHUNK: usize = 256 * 1024;
 
 /// More ranges than this in one request is abuse, not a BMC.
 pub const MAX_RANGES: usize = 64;
@@ -115,6 +119,35 @@ pub(crate) async fn image_in_dir(
     (regular && path.starts_with(&dir)).then_some(path)
 }
 
+/// What the media URL with `secret` leads to in the database: 404 for an unknown or finished deployment, or one
+/// without a seed.
+async fn resolve(state: &AppState, secret: &str) -> Result<Resolved, ApiError> {
+    let target = state.store.media_target(secret).await?.ok_or_else(not_found)?;
+    if target.finished {
+        return Err(not_found());
+    }
+    let (Some(seed_offset), Some(seed)) = (target.seed_offset, target.seed_archive) else {
+        // Made before media carried seeds: a server installing from it would never register.
+        tracing::error!(
+            deployment_id = target.deployment_id,
+            "deployment has no seed; media not served"
+        );
+        return Err(not_found());
+    };
+    let seed = SeedArchive::new(seed);
+    let etag = racklift_media::compose::etag(&target.image_sha256, &seed);
+    let overlay = Arc::new(Overlay {
+        offset: u64::try_from(seed_offset).unwrap_or(u64::MAX),
+        bytes: seed.bytes.into(),
+    });
+    Ok(Resolved {
+        deployment_id: target.deployment_id,
+        stored_path: target.path,
+        overlay,
+        etag,
+    })
+}
+
 fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such media")
 }
@@ -141,7 +174,7 @@ fn file_part(
             let source = source.clone();
             let overlay = overlay.clone();
             let mut offset = start;
-            ReaderStream::with_capacity(reader, 64 * 1024)
+            ReaderStream::with_capacity(reader, READ_CHUNK)
                 .map(move |chunk| {
                     let Ok(c) = chunk else { return chunk };
                     racklift_metrics::global()
@@ -224,38 +257,36 @@ pub async fn serve_media(
     headers: HeaderMap,
     extensions: Extensions,
 ) -> Result<Response, ApiError> {
-    let target = state.store.media_target(&secret).await?.ok_or_else(not_found)?;
-    if target.finished {
-        return Err(not_found());
-    }
+    let now = std::time::Instant::now();
+    let target = match state.media_targets.get(&secret, now) {
+        Some(target) => target,
+        None => {
+            let target = Arc::new(resolve(&state, &secret).await?);
+            state.media_targets.put(&secret, target.clone(), now);
+            target
+        }
+    };
     // Checked again at every request: the images directory may have changed since the image was registered, or
     // the file been replaced by a link out of it. The resolved path is what is read.
-    let Some(path) = image_in_dir(&state.config.images_dir, std::path::Path::new(&target.path)).await else {
-        tracing::error!(deployment_id = target.deployment_id, path = %target.path,
+    let Some(path) = image_in_dir(
+        &state.config.images_dir,
+        std::path::Path::new(&target.stored_path),
+    )
+    .await
+    else {
+        tracing::error!(deployment_id = target.deployment_id, path = %target.stored_path,
             "image not a regular file inside the images directory; not served");
         return Err(not_found());
     };
-    let (Some(seed_offset), Some(seed)) = (target.seed_offset, target.seed_archive) else {
-        // Made before media carried seeds: a server installing from it would never register.
-        tracing::error!(
-            deployment_id = target.deployment_id,
-            "deployment has no seed; media not served"
-        );
-        return Err(not_found());
-    };
-    let seed = SeedArchive::new(seed);
-    let etag = racklift_media::compose::etag(&target.image_sha256, &seed);
-    let overlay = Arc::new(Overlay {
-        offset: u64::try_from(seed_offset).unwrap_or(u64::MAX),
-        bytes: seed.bytes.into(),
-    });
     let size = tokio::fs::metadata(&path)
         .await
         .map_err(|e| {
-            tracing::error!(deployment_id = target.deployment_id, path = %target.path, error = %e, "image file unreadable");
+            tracing::error!(deployment_id = target.deployment_id, path = %target.stored_path, error = %e,
+                "image file unreadable");
             ApiError::internal("the image file is not readable")
         })?
         .len();
+    let (overlay, etag) = (target.overlay.clone(), target.etag.clone());
     let source = extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip().to_string())

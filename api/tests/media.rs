@@ -165,6 +165,22 @@ async fn ranges_are_served_and_recorded() {
         }
     })
     .await;
+
+    // A finished deployment's URL stops serving (within the second a resolution is reused).
+    sqlx::query("UPDATE deployments SET finished_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&api.db.pool)
+        .await
+        .unwrap();
+    common::wait_for(
+        "the finished deployment's media to go",
+        Duration::from_secs(10),
+        || async {
+            let r = api.req(Method::GET, &url, None).send().await.ok()?;
+            (r.status().as_u16() == 404).then_some(())
+        },
+    )
+    .await;
     api.stop().await;
     sim.shutdown().await;
 }

@@ -23,6 +23,31 @@ enum BenchCommand {
     /// A simulated rack deployed at once by separate worker processes: wall time against the ideal, transactions
     /// per transition, CPU, RSS and dead letters.
     Fleet(FleetArgs),
+    /// The media server (`racklift api`, a deployment's composed image) against nginx serving the same file,
+    /// side by side: bytes/s and server CPU per GiB with N readers of random ranges and of sequential streams.
+    Media(MediaArgs),
+}
+
+#[derive(clap::Args)]
+struct MediaArgs {
+    /// Readers at once.
+    #[arg(long, default_value_t = 100)]
+    readers: usize,
+    /// Image size in bytes.
+    #[arg(long, default_value_t = 512 << 20)]
+    image_bytes: u64,
+    /// Bytes per random range.
+    #[arg(long, default_value_t = 1 << 20)]
+    range_bytes: u64,
+    /// Seconds per measured run.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Runs per server and mode, alternating between the two; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Where the embedded benchmark database lives when DATABASE_URL is not set.
+    #[arg(long, default_value = ".racklift/bench-postgres")]
+    data_dir: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -101,6 +126,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Queue(args) => queue(args).await,
         BenchCommand::Fleet(args) => fleet(args).await,
+        BenchCommand::Media(args) => media(args).await,
     }
 }
 
@@ -345,6 +371,57 @@ fn parse_grid(cells: &[String], shape: &'static str) -> anyhow::Result<Vec<(usiz
             Ok((w.trim().parse()?, b.trim().parse()?))
         })
         .collect()
+}
+
+async fn media(args: MediaArgs) -> anyhow::Result<()> {
+    use racklift_bench::media::{MediaRun, run};
+    anyhow::ensure!(
+        args.range_bytes > 0 && args.range_bytes < args.image_bytes,
+        "--range-bytes must be between 1 and --image-bytes"
+    );
+    let (admin_url, embedded) = match db::database_url_from_env() {
+        Some(url) => (url, None),
+        None => {
+            let pg = EmbeddedPostgres::start(&args.data_dir)?;
+            (pg.admin_url(), Some(pg))
+        }
+    };
+    let exe = std::env::current_exe().context("locating the racklift binary")?;
+    let settings = MediaRun {
+        readers: args.readers,
+        image_bytes: args.image_bytes,
+        range_bytes: args.range_bytes,
+        duration: std::time::Duration::from_secs(args.seconds),
+        reps: args.reps,
+    };
+    let result = run(&exe, &admin_url, settings).await;
+    if let Some(pg) = embedded {
+        pg.stop()?;
+    }
+    let r = result?;
+    println!(
+        "racklift bench media: {} readers, {} MiB image, {} KiB ranges, {} s per run, median of {}; {}",
+        args.readers,
+        args.image_bytes >> 20,
+        args.range_bytes >> 10,
+        args.seconds,
+        args.reps,
+        r.nginx_version
+    );
+    println!("| readers | racklift MiB/s | nginx MiB/s | ratio | racklift CPU s/GiB | nginx CPU s/GiB |");
+    println!("|---|---|---|---|---|---|");
+    for (mode, ours, nginx) in &r.rows {
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} % | {:.2} | {:.2} |",
+            mode.name(),
+            ours.bytes_per_sec / f64::from(1u32 << 20),
+            nginx.bytes_per_sec / f64::from(1u32 << 20),
+            100.0 * ours.bytes_per_sec / nginx.bytes_per_sec,
+            ours.cpu_secs_per_gib,
+            nginx.cpu_secs_per_gib
+        );
+    }
+    Ok(())
 }
 
 async fn fleet(args: FleetArgs) -> anyhow::Result<()> {

@@ -24,7 +24,7 @@ pub struct ApiArgs {
         long,
         global = true,
         env = "RACKLIFT_API",
-        default_value = "http://127.0.0.1:7878"
+        default_value = "https://127.0.0.1:7878"
     )]
     api: String,
     /// A file holding the API bearer token (default ~/.config/racklift/token if it exists). RACKLIFT_TOKEN
