@@ -15,6 +15,7 @@ mod media;
 mod media_targets;
 mod metrics;
 pub mod openapi;
+mod read_buffers;
 mod registration;
 mod routes;
 mod seeding;

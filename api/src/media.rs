@@ -9,7 +9,6 @@
 //! No bearer auth: a BMC cannot send one. The 256-bit secret in the path is the credential.
 
 use std::collections::HashMap;
-use std::io::SeekFrom;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::ops::RangeInclusive;
@@ -24,8 +23,6 @@ use futures::stream::{self, BoxStream, StreamExt};
 use http_range_header::RangeUnsatisfiableError;
 use racklift_media::{Overlay, SeedArchive};
 use racklift_store::{MediaRead, Store, StoreError};
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
-use tokio_util::io::ReaderStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
@@ -33,7 +30,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::media_targets::Resolved;
 
 /// Bytes per file read: each is a hop to the blocking pool, so fewer, larger reads cost less per byte served.
-const READ_CHUNK: usize = 256 * 1024;
+const READ_CHUNK: usize = 1024 * 1024;
 
 /// More ranges than this in one request is abuse, not a BMC.
 pub const MAX_RANGES: usize = 64;
@@ -152,53 +149,90 @@ fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such media")
 }
 
-/// Reads `[start, start + len)` of the file as a stream that records each chunk as it is handed to the
-/// connection, so an aborted transfer only counts what was sent.
+/// Reads `[start, start + len)` of the open image as a stream that records each chunk as it is handed to the
+/// connection, so an aborted transfer only counts what was sent. Positioned reads (`pread`) of [`READ_CHUNK`]
+/// bytes, one blocking-pool hop each, on the one file the request opened: the parts of a multipart answer share
+/// it, and no seek is shared between them.
 fn file_part(
-    path: std::path::PathBuf,
+    file: Arc<std::fs::File>,
     start: u64,
     len: u64,
     overlay: Arc<Overlay>,
     recorder: Recorder,
     deployment_id: i64,
-    source: String,
+    source: Arc<str>,
 ) -> BoxStream<'static, std::io::Result<Bytes>> {
-    stream::once(async move {
-        let mut file = tokio::fs::File::open(&path).await?;
-        file.seek(SeekFrom::Start(start)).await?;
-        Ok::<_, std::io::Error>(file.take(len))
-    })
-    .map(move |opened| match opened {
-        Ok(reader) => {
-            let recorder = recorder.clone();
-            let source = source.clone();
-            let overlay = overlay.clone();
-            let mut offset = start;
-            ReaderStream::with_capacity(reader, READ_CHUNK)
-                .map(move |chunk| {
-                    let Ok(c) = chunk else { return chunk };
-                    racklift_metrics::global()
-                        .media_bytes_served
-                        .inc_by(c.len() as u64);
-                    let end = offset + c.len() as u64;
-                    recorder.record(deployment_id, &source, offset, end);
-                    // Only the chunks over the seed are copied; every other byte goes out as read.
-                    let c = if overlay.touches(offset, end) {
-                        let mut patched = c.to_vec();
-                        overlay.apply(offset, &mut patched);
-                        Bytes::from(patched)
-                    } else {
-                        c
-                    };
-                    offset = end;
-                    Ok(c)
-                })
-                .boxed()
+    let end = start + len;
+    stream::try_unfold(start, move |offset| {
+        let (file, overlay, recorder, source) =
+            (file.clone(), overlay.clone(), recorder.clone(), source.clone());
+        async move {
+            if offset >= end {
+                return Ok(None);
+            }
+            let want = usize::try_from(end - offset)
+                .unwrap_or(READ_CHUNK)
+                .min(READ_CHUNK);
+            let (mut buf, len) = tokio::task::spawn_blocking(move || read_at(&file, offset, want))
+                .await
+                .map_err(std::io::Error::other)??;
+            if len == 0 {
+                // The file shrank under the request: the promised length cannot be kept.
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the image file is shorter than when the request began",
+                ));
+            }
+            let chunk_end = offset + len as u64;
+            racklift_metrics::global().media_bytes_served.inc_by(len as u64);
+            recorder.record(deployment_id, &source, offset, chunk_end);
+            // Only the chunks over the seed are changed; every other byte goes out as read.
+            overlay.apply(offset, &mut buf[..len]);
+            Ok(Some((crate::read_buffers::freeze(buf, len), chunk_end)))
         }
-        Err(e) => stream::once(async move { Err(e) }).boxed(),
     })
-    .flatten()
     .boxed()
+}
+
+/// Up to `want` bytes of `file` from `offset` (fewer only at its end), in a recycled buffer.
+fn read_at(file: &std::fs::File, offset: u64, want: usize) -> std::io::Result<(Vec<u8>, usize)> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = crate::read_buffers::take(READ_CHUNK);
+    let mut filled = 0;
+    while filled < want {
+        match file.read_at(&mut buf[filled..want], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((buf, filled))
+}
+
+/// Opens the image `stored` (absolute, or relative to `dir`) when it resolves, links followed, to a regular file
+/// inside `dir`; the file and its size. One trip to the blocking pool for the whole check, and what is read is
+/// the file that was checked (the open handle), not a path that could be swapped afterwards.
+fn open_confined(
+    dir: &std::path::Path,
+    stored: &std::path::Path,
+) -> std::io::Result<Option<(std::fs::File, u64)>> {
+    let dir = std::fs::canonicalize(dir)?;
+    let path = match std::fs::canonicalize(dir.join(stored)) {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !path.starts_with(&dir) {
+        return Ok(None);
+    }
+    // Not opened yet: opening a FIFO would block until a writer came.
+    if !std::fs::metadata(&path)?.file_type().is_file() {
+        return Ok(None);
+    }
+    let file = std::fs::File::open(&path)?;
+    let meta = file.metadata()?;
+    Ok(meta.file_type().is_file().then_some((file, meta.len())))
 }
 
 /// What a request's `Range` header asks of a file of `size` bytes.
@@ -267,25 +301,23 @@ pub async fn serve_media(
         }
     };
     // Checked again at every request: the images directory may have changed since the image was registered, or
-    // the file been replaced by a link out of it. The resolved path is what is read.
-    let Some(path) = image_in_dir(
-        &state.config.images_dir,
-        std::path::Path::new(&target.stored_path),
-    )
-    .await
-    else {
-        tracing::error!(deployment_id = target.deployment_id, path = %target.stored_path,
-            "image not a regular file inside the images directory; not served");
-        return Err(not_found());
-    };
-    let size = tokio::fs::metadata(&path)
+    // the file been replaced by a link out of it. The handle opened by the check is what is read.
+    let dir = state.config.images_dir.clone();
+    let stored = std::path::PathBuf::from(&target.stored_path);
+    let opened = tokio::task::spawn_blocking(move || open_confined(&dir, &stored))
         .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| {
             tracing::error!(deployment_id = target.deployment_id, path = %target.stored_path, error = %e,
                 "image file unreadable");
             ApiError::internal("the image file is not readable")
-        })?
-        .len();
+        })?;
+    let Some((file, size)) = opened else {
+        tracing::error!(deployment_id = target.deployment_id, path = %target.stored_path,
+            "image not a regular file inside the images directory; not served");
+        return Err(not_found());
+    };
+    let file = Arc::new(file);
     let (overlay, etag) = (target.overlay.clone(), target.etag.clone());
     let source = extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -315,9 +347,10 @@ pub async fn serve_media(
         }
     };
 
+    let source: Arc<str> = source.into();
     let part = |start: u64, len: u64| {
         file_part(
-            path.clone(),
+            file.clone(),
             start,
             len,
             overlay.clone(),

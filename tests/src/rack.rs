@@ -233,6 +233,15 @@ impl Rack {
         }
     }
 
+    /// The SHA-256 of the client certificate the catalog knows server `name` by (set at its registration).
+    pub async fn stored_client_certificate(&self, name: &str) -> Option<String> {
+        sqlx::query_scalar("SELECT client_certificate_sha256 FROM servers WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.db.pool)
+            .await
+            .expect("the server's row")
+    }
+
     /// The secrets directory the rack's BMC password is in: `racklift worker` processes of the test need it
     /// (`RACKLIFT_PATHS__SECRETS_DIR`).
     pub fn secrets_dir(&self) -> PathBuf {

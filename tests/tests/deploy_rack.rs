@@ -30,6 +30,12 @@ async fn every_personality_deploys_to_completed() {
             json!(true),
             "{name}: the simulator says {truth}"
         );
+        // It registered over TLS presenting its Incus client certificate, which racklift now knows it by.
+        assert_eq!(
+            rack.stored_client_certificate(&name).await,
+            rack.sim.client_certificate_sha256(i),
+            "{name}"
+        );
         let audit = rack.sim.audit(i);
         assert_eq!(audit.stale_mutations.len(), 0, "{name}: {audit:?}");
         assert!(audit.max_concurrent <= 1, "{name}: {audit:?}");

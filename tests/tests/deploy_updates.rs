@@ -31,13 +31,7 @@ async fn a_deployed_server_stages_a_published_update_through_its_registered_cert
         .sim
         .client_certificate_sha256(0)
         .expect("the server's certificate");
-    let stored: Option<String> =
-        sqlx::query_scalar("SELECT client_certificate_sha256 FROM servers WHERE name = $1")
-            .bind(&name)
-            .fetch_one(&rack.db.pool)
-            .await
-            .unwrap();
-    assert_eq!(stored.as_deref(), Some(presented.as_str()));
+    assert_eq!(rack.stored_client_certificate(&name).await, Some(presented));
     let identity = rack.store.client_identity().await.unwrap();
     let truth = rack.sim.truth(0);
     assert_eq!(

@@ -251,6 +251,8 @@ async fn read_until(
 struct Nginx {
     child: tokio::process::Child,
     binary: PathBuf,
+    prefix: PathBuf,
+    conf: PathBuf,
 }
 
 impl Nginx {
@@ -294,7 +296,12 @@ impl Nginx {
                     binary.display()
                 ))
             })?;
-        Ok(Nginx { child, binary })
+        Ok(Nginx {
+            child,
+            binary,
+            prefix,
+            conf,
+        })
     }
 
     /// The master and its workers (read after they started: `wait_serving` has seen an answer).
@@ -328,8 +335,22 @@ impl Nginx {
             .unwrap_or_default()
     }
 
+    /// `nginx -s stop`: the master stops its workers (killing the master alone would leave them running).
     async fn stop(mut self) {
-        let _ = self.child.start_kill();
+        let stopped = tokio::process::Command::new(&self.binary)
+            .arg("-p")
+            .arg(&self.prefix)
+            .arg("-c")
+            .arg(&self.conf)
+            .args(["-s", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await
+            .is_ok_and(|s| s.success());
+        if !stopped {
+            let _ = self.child.start_kill();
+        }
         let _ = self.child.wait().await;
     }
 }
