@@ -124,11 +124,27 @@ pub struct PublishUpdate {
     #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$", example = "202612010000")]
     pub version: String,
     /// The update channels it is offered on (at least one).
-    #[schema(example = json!(["stable"]))]
+    #[schema(value_type = Vec<ChannelName>, min_items = 1, example = json!(["stable"]))]
     pub channels: Vec<String>,
     /// At least one file.
+    #[schema(min_items = 1)]
     pub files: Vec<PublishFile>,
 }
+
+/// The schema of an update channel's name: what `validate::name` accepts.
+pub struct ChannelName;
+
+impl utoipa::PartialSchema for ChannelName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some("^[a-z0-9][a-z0-9._-]{0,62}$"))
+            .examples(["stable"])
+            .into()
+    }
+}
+
+impl ToSchema for ChannelName {}
 
 /// One file of an update to publish, as its publisher measured it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -150,12 +166,15 @@ pub struct PublishFile {
     /// `os` or an application name.
     #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,62}$", example = "os")]
     pub component: String,
-    /// One of IncusOS's update file types.
+    /// One of IncusOS's update file types (`FILE_TYPES`).
     #[serde(rename = "type")]
-    #[schema(example = "update-efi")]
+    #[schema(
+        example = "update-efi",
+        pattern = "^(|image-raw|image-iso|image-manifest|update-efi|update-usr|update-usr-verity|update-usr-verity-signature|application)$"
+    )]
     pub file_type: String,
     /// `x86_64`, `aarch64`, or empty for any.
-    #[schema(example = "x86_64")]
+    #[schema(example = "x86_64", pattern = "^(|x86_64|aarch64)$")]
     pub architecture: String,
 }
 
@@ -244,7 +263,11 @@ pub async fn publish(
             version_byte,
         )?;
         if p.files[..i].iter().any(|other| other.filename == f.filename) {
-            return Err(ApiError::invalid(&at("filename"), "named twice in this update"));
+            return Err(ApiError::unprocessable(
+                "duplicate_filename",
+                &at("filename"),
+                "named twice in this update",
+            ));
         }
         token_rule(
             &at("component"),
@@ -372,6 +395,26 @@ mod tests {
         }
         for name in ["SHA256SUMS", "IncusOS.Usr.raw.gz", "notes.txt", ".raw.gz"] {
             assert_eq!(classify(name), None, "{name}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use utoipa::PartialSchema;
+
+    use super::{ARCHITECTURES, FILE_TYPES, PublishFile};
+
+    /// The document's patterns for `type` and `architecture` are the lists the handler checks, no more or less.
+    #[test]
+    fn the_documented_patterns_are_the_checked_lists() {
+        let schema = serde_json::to_value(PublishFile::schema()).unwrap();
+        for (property, list) in [("type", &FILE_TYPES[..]), ("architecture", &ARCHITECTURES[..])] {
+            assert_eq!(
+                schema["properties"][property]["pattern"],
+                format!("^({})$", list.join("|")),
+                "{property}"
+            );
         }
     }
 }

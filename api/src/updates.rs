@@ -125,7 +125,10 @@ impl From<UpdateFile> for UpdateFileView {
     }
 }
 
-/// `recursion=1` (or more) lists the updates themselves; without it, their URLs (the Incus convention).
+/// The deepest `recursion` Incus defines.
+const MAX_RECURSION: u8 = 2;
+
+/// `recursion=1` (or 2) lists the updates themselves; without it, their URLs (the Incus convention).
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
@@ -134,11 +137,35 @@ pub struct ListQuery {
 }
 
 /// The list of updates: URLs without `recursion`, the updates with `recursion=1`.
-#[derive(Serialize, ToSchema)]
+#[derive(Serialize)]
 #[serde(untagged)]
 pub enum UpdateList {
     Urls(Vec<String>),
     Updates(Vec<UpdateView>),
+}
+
+/// `anyOf`, not the `oneOf` a derive would write: an empty list is both forms at once.
+impl utoipa::PartialSchema for UpdateList {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, ObjectBuilder, Type};
+        AnyOfBuilder::new()
+            .item(ArrayBuilder::new().items(ObjectBuilder::new().schema_type(Type::String)))
+            .item(ArrayBuilder::new().items(utoipa::openapi::Ref::from_schema_name(UpdateView::name())))
+            .description(Some(
+                "The list of updates: URLs without `recursion`, the updates with `recursion=1`.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for UpdateList {
+    fn schemas(schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>) {
+        schemas.push((
+            UpdateView::name().into(),
+            <UpdateView as utoipa::PartialSchema>::schema(),
+        ));
+        <UpdateView as ToSchema>::schemas(schemas);
+    }
 }
 
 fn parse_uuid(text: &str) -> Result<Uuid, IncusError> {
@@ -152,9 +179,10 @@ fn parse_uuid(text: &str) -> Result<Uuid, IncusError> {
     responses(
         (status = 200, description = "Update URLs, or with `recursion=1` the updates (Incus envelope)",
             body = IncusResponse<UpdateList>),
-        (status = 400, description = "`recursion` is not a number (Incus envelope)", body = IncusErrorBody),
+        (status = 400, description = "`recursion` is not a number from 0 to 2 (Incus envelope)", body = IncusErrorBody),
         (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
-            body = IncusErrorBody)))]
+            body = IncusErrorBody),
+        (status = 422, description = "The path or query holds a NUL character (`%00`)", body = crate::error::ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     _: UpdateReader,
@@ -162,6 +190,13 @@ pub async fn list(
 ) -> Result<IncusResponse<UpdateList>, IncusError> {
     let q: ListQuery = serde_urlencoded::from_str(query.as_deref().unwrap_or_default())
         .map_err(|e| IncusError::new(StatusCode::BAD_REQUEST, format!("query: {e}")))?;
+    if q.recursion.is_some_and(|r| r > MAX_RECURSION) {
+        return Err(IncusError::new(
+            StatusCode::BAD_REQUEST,
+            format!("query: recursion must be 0 to {MAX_RECURSION}"),
+        )
+        .with_detail("invalid_field", "recursion"));
+    }
     let updates = state.store.updates().await?;
     let list = if q.recursion.unwrap_or(0) >= 1 {
         UpdateList::Updates(updates.into_iter().map(UpdateView::from).collect())
@@ -184,7 +219,8 @@ pub async fn list(
         (status = 200, description = "Its files (Incus envelope)", body = IncusResponse<Vec<UpdateFileView>>),
         (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
             body = IncusErrorBody),
-        (status = 404, description = "No such update (Incus envelope)", body = IncusErrorBody)))]
+        (status = 404, description = "No such update (Incus envelope)", body = IncusErrorBody),
+        (status = 422, description = "The path or query holds a NUL character (`%00`)", body = crate::error::ErrorBody)))]
 pub async fn files(
     State(state): State<AppState>,
     _: UpdateReader,
@@ -214,7 +250,8 @@ pub async fn files(
         (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
             body = IncusErrorBody),
         (status = 404, description = "No such update or file (Incus envelope)", body = IncusErrorBody),
-        (status = 416, description = "The range is not satisfiable (Incus envelope)", body = IncusErrorBody)))]
+        (status = 416, description = "The range is not satisfiable (Incus envelope)", body = IncusErrorBody),
+        (status = 422, description = "The path or query holds a NUL character (`%00`)", body = crate::error::ErrorBody)))]
 pub async fn download(
     State(state): State<AppState>,
     reader: UpdateReader,

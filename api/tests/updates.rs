@@ -150,6 +150,15 @@ async fn a_registered_server_fetches_verifies_and_stages_a_published_update() {
         .await;
     assert_eq!(recursive["metadata"][0]["version"], VERSION);
     assert_eq!(recursive["metadata"][0]["channels"], json!(["stable"]));
+    // Deeper than Incus defines: refused in the envelope, naming the parameter.
+    let (s, deep) = api
+        .call(Method::GET, "/1.0/provisioning/updates?recursion=3", VIEWER, None)
+        .await;
+    assert_eq!(
+        (s, &deep["metadata"]["field"]),
+        (400, &json!("recursion")),
+        "{deep}"
+    );
     let (_, files) = api
         .call(
             Method::GET,

@@ -2,10 +2,23 @@
 //! byte, what Range reads of that deployment's media return, and its partition 2 starts with a tar whose YAML
 //! parses. A seed directory without an install file is refused naming why, and nothing is written.
 
+use std::path::Path;
+use std::process::Output;
+
 use racklift_bmc_sim::{Personality, PersonalityChoice};
 use racklift_tests::cli::{assert_refused, describe, racklift};
 use racklift_tests::rack::Rack;
 use serde_json::{Value, json};
+
+/// `racklift media compose --image IMAGE --seed SEED -o OUT`.
+async fn compose(image: &str, seed: &Path, out: &Path) -> Output {
+    let (seed, out) = (seed.to_str().unwrap(), out.to_str().unwrap());
+    racklift(
+        &["media", "compose", "--image", image, "--seed", seed, "-o", out],
+        &[],
+    )
+    .await
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_composed_file_is_what_range_reads_of_the_media_return() {
@@ -27,17 +40,7 @@ async fn the_composed_file_is_what_range_reads_of_the_media_return() {
     std::fs::create_dir_all(&dir).unwrap();
     let (seed_file, out_file) = (dir.join("seed.tar"), dir.join("stick.img"));
     std::fs::write(&seed_file, &seed).unwrap();
-    let args = [
-        "media",
-        "compose",
-        "--image",
-        &image,
-        "--seed",
-        seed_file.to_str().unwrap(),
-        "-o",
-        out_file.to_str().unwrap(),
-    ];
-    let out = racklift(&args, &[]).await;
+    let out = compose(&image, &seed_file, &out_file).await;
     assert!(out.status.success(), "{}", describe(&out));
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
     let composed = std::fs::read(&out_file).unwrap();
@@ -49,7 +52,7 @@ async fn the_composed_file_is_what_range_reads_of_the_media_return() {
         "the seed is laid over the image"
     );
     // Once more refuses to overwrite.
-    assert_refused(&racklift(&args, &[]).await, "stick.img");
+    assert_refused(&compose(&image, &seed_file, &out_file).await, "stick.img");
 
     // The media server's bytes, whole and by ranges (a multipart request included).
     let url = format!("{}/media/{secret}/incusos.img", rack.media_url);
@@ -101,37 +104,11 @@ async fn the_composed_file_is_what_range_reads_of_the_media_return() {
     std::fs::create_dir_all(&seed_dir).unwrap();
     std::fs::write(seed_dir.join("network.yaml"), "dns: {hostname: n1}\n").unwrap();
     let other = dir.join("other.img");
-    let refused = racklift(
-        &[
-            "media",
-            "compose",
-            "--image",
-            &image,
-            "--seed",
-            seed_dir.to_str().unwrap(),
-            "-o",
-            other.to_str().unwrap(),
-        ],
-        &[],
-    )
-    .await;
+    let refused = compose(&image, &seed_dir, &other).await;
     assert_refused(&refused, "no install.yaml");
     assert!(!other.exists());
     std::fs::write(seed_dir.join("install.yaml"), "force_reboot: true\n").unwrap();
-    let packed = racklift(
-        &[
-            "media",
-            "compose",
-            "--image",
-            &image,
-            "--seed",
-            seed_dir.to_str().unwrap(),
-            "-o",
-            other.to_str().unwrap(),
-        ],
-        &[],
-    )
-    .await;
+    let packed = compose(&image, &seed_dir, &other).await;
     assert!(packed.status.success(), "{}", describe(&packed));
     let stick = std::fs::read(&other).unwrap();
     let names: Vec<String> = tar::Archive::new(&stick[at..])
