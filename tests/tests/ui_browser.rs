@@ -211,19 +211,25 @@ async fn session_is_hardened(c: &Client) {
         .await
         .expect("header style");
     assert_eq!(background, json!("rgb(29, 36, 51)"));
-    let updated = || async {
-        c.find(Locator::Css("#live .updated"))
-            .await
-            .expect("the refresh time")
-            .text()
-            .await
-            .expect("its text")
-    };
-    let first = updated().await;
+    let updated = || async { live_text(c, "#live .updated").await };
+    let first = updated().await.expect("the refresh time");
     wait_for(WAIT, "the live part to refresh", || async {
-        updated().await != first
+        updated().await.is_some_and(|now| now != first)
     })
     .await;
+}
+
+/// The text of the first element matching `css`, read in one script: the live part replaces its
+/// nodes on every refresh, so an element found in one WebDriver call can be gone by the next.
+async fn live_text(c: &Client, css: &str) -> Option<String> {
+    let text = c
+        .execute(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;",
+            vec![json!(css)],
+        )
+        .await
+        .expect("read the page");
+    text.as_str().map(str::to_owned)
 }
 
 async fn count(c: &Client, css: &str) -> usize {
@@ -270,20 +276,17 @@ async fn an_operator_triages_a_failed_deployment_in_the_browser() {
     // The operator sees it listed, then its detail with the timeline.
     login(&c, &base, OPERATOR).await;
     session_is_hardened(&c).await;
-    let listed = c
-        .find(Locator::Css(&row))
-        .await
-        .expect("the dead letter is listed");
-    let text = listed.text().await.expect("row text");
+    let text = live_text(&c, &row).await.expect("the dead letter is listed");
     assert!(text.contains(&name) && text.contains("ApplyBIOS"), "{text}");
     screenshot(&c, "deadletters.png").await;
-    listed
-        .find(Locator::Css("a.detail"))
-        .await
-        .expect("detail link")
-        .click()
-        .await
-        .expect("open the detail");
+    // Clicked in the page's own script: the row lives in the refreshing part, so a handle to it
+    // taken in one WebDriver call may be stale by the next.
+    c.execute(
+        "document.querySelector(arguments[0]).click();",
+        vec![json!(format!("{row} a.detail"))],
+    )
+    .await
+    .expect("open the detail");
     c.wait()
         .at_most(WAIT)
         .for_element(Locator::Css("#timeline tr.event"))
