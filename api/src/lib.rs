@@ -221,7 +221,8 @@ pub async fn serve_all(
         match media {
             Some(listener) => {
                 let token = shutdown.clone();
-                racklift_listener::serve(
+                // The images go out with `sendfile`, not through hyper (see `racklift_listener::files`).
+                racklift_listener::files::serve_files(
                     listener,
                     media_router(state.clone()),
                     state.config.listener,

@@ -21,6 +21,7 @@ use axum::http::{Extensions, HeaderMap, HeaderValue, Method, StatusCode, header}
 use axum::response::{IntoResponse, Response};
 use futures::stream::{self, BoxStream, StreamExt};
 use http_range_header::RangeUnsatisfiableError;
+use racklift_listener::files::{FileBody, FileSource, Part};
 use racklift_media::{Overlay, SeedArchive};
 use racklift_store::{MediaRead, Store, StoreError};
 use tokio_util::sync::CancellationToken;
@@ -149,23 +150,46 @@ fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such media")
 }
 
-/// Reads `[start, start + len)` of the open image as a stream that records each chunk as it is handed to the
-/// connection, so an aborted transfer only counts what was sent. Positioned reads (`pread`) of [`READ_CHUNK`]
-/// bytes, one blocking-pool hop each, on the one file the request opened: the parts of a multipart answer share
-/// it, and no seek is shared between them.
-fn file_part(
-    file: Arc<std::fs::File>,
-    start: u64,
-    len: u64,
+/// One request's image: the file its check opened, the seed laid over it, and where what is sent is recorded.
+/// The plain media listener sends it with `sendfile` ([`racklift_listener::files`]); the API's own listener
+/// through [`file_part`].
+struct MediaSource {
+    file: std::fs::File,
     overlay: Arc<Overlay>,
     recorder: Recorder,
     deployment_id: i64,
     source: Arc<str>,
-) -> BoxStream<'static, std::io::Result<Bytes>> {
+}
+
+impl FileSource for MediaSource {
+    fn file(&self) -> &std::fs::File {
+        &self.file
+    }
+
+    fn patched(&self) -> Option<std::ops::Range<u64>> {
+        let len = self.overlay.bytes.len() as u64;
+        (len > 0).then(|| self.overlay.offset..self.overlay.offset.saturating_add(len))
+    }
+
+    fn patch(&self, offset: u64, buf: &mut [u8]) {
+        self.overlay.apply(offset, buf);
+    }
+
+    fn sent(&self, offset: u64, len: u64) {
+        racklift_metrics::global().media_bytes_served.inc_by(len);
+        self.recorder
+            .record(self.deployment_id, &self.source, offset, offset + len);
+    }
+}
+
+/// Reads `[start, start + len)` of the open image as a stream that records each chunk as it is handed to the
+/// connection, so an aborted transfer only counts what was sent. Positioned reads (`pread`) of [`READ_CHUNK`]
+/// bytes, one blocking-pool hop each, on the one file the request opened: the parts of a multipart answer share
+/// it, and no seek is shared between them.
+fn file_part(media: Arc<MediaSource>, start: u64, len: u64) -> BoxStream<'static, std::io::Result<Bytes>> {
     let end = start + len;
     stream::try_unfold(start, move |offset| {
-        let (file, overlay, recorder, source) =
-            (file.clone(), overlay.clone(), recorder.clone(), source.clone());
+        let media = media.clone();
         async move {
             if offset >= end {
                 return Ok(None);
@@ -173,7 +197,8 @@ fn file_part(
             let want = usize::try_from(end - offset)
                 .unwrap_or(READ_CHUNK)
                 .min(READ_CHUNK);
-            let (mut buf, len) = tokio::task::spawn_blocking(move || read_at(&file, offset, want))
+            let reader = media.clone();
+            let (mut buf, len) = tokio::task::spawn_blocking(move || read_at(&reader.file, offset, want))
                 .await
                 .map_err(std::io::Error::other)??;
             if len == 0 {
@@ -183,12 +208,10 @@ fn file_part(
                     "the image file is shorter than when the request began",
                 ));
             }
-            let chunk_end = offset + len as u64;
-            racklift_metrics::global().media_bytes_served.inc_by(len as u64);
-            recorder.record(deployment_id, &source, offset, chunk_end);
             // Only the chunks over the seed are changed; every other byte goes out as read.
-            overlay.apply(offset, &mut buf[..len]);
-            Ok(Some((crate::read_buffers::freeze(buf, len), chunk_end)))
+            media.patch(offset, &mut buf[..len]);
+            media.sent(offset, len as u64);
+            Ok(Some((crate::read_buffers::freeze(buf, len), offset + len as u64)))
         }
     })
     .boxed()
@@ -317,12 +340,11 @@ pub async fn serve_media(
             "image not a regular file inside the images directory; not served");
         return Err(not_found());
     };
-    let file = Arc::new(file);
-    let (overlay, etag) = (target.overlay.clone(), target.etag.clone());
-    let source = extensions
+    let source: Arc<str> = extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip().to_string())
-        .unwrap_or_else(|| "unknown".to_owned());
+        .unwrap_or_else(|| "unknown".to_owned())
+        .into();
     let head = method == Method::HEAD;
 
     let ranges = match plan_ranges(
@@ -347,69 +369,88 @@ pub async fn serve_media(
         }
     };
 
-    let source: Arc<str> = source.into();
-    let part = |start: u64, len: u64| {
-        file_part(
-            file.clone(),
-            start,
-            len,
-            overlay.clone(),
-            state.media_reads.clone(),
-            target.deployment_id,
-            source.clone(),
-        )
-    };
+    let media = Arc::new(MediaSource {
+        file,
+        overlay: target.overlay.clone(),
+        recorder: state.media_reads.clone(),
+        deployment_id: target.deployment_id,
+        source: source.clone(),
+    });
     let mut builder = Response::builder()
         .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::ETAG, header_value(&etag));
-    let (status, length, body) = match ranges.as_deref() {
+        .header(header::ETAG, header_value(&target.etag));
+    let (status, parts) = match ranges.as_deref() {
         None => {
             builder = builder.header(header::CONTENT_TYPE, "application/octet-stream");
-            (StatusCode::OK, size, part(0, size))
+            (StatusCode::OK, vec![Part::File { offset: 0, len: size }])
         }
         Some([r]) => {
             let (s, e) = (*r.start(), *r.end());
             builder = builder
                 .header(header::CONTENT_TYPE, "application/octet-stream")
                 .header(header::CONTENT_RANGE, format!("bytes {s}-{e}/{size}"));
-            (StatusCode::PARTIAL_CONTENT, e - s + 1, part(s, e - s + 1))
+            (
+                StatusCode::PARTIAL_CONTENT,
+                vec![Part::File {
+                    offset: s,
+                    len: e - s + 1,
+                }],
+            )
         }
         Some(many) => {
             let boundary = &racklift_store::new_secret()[..32];
-            let mut pieces: Vec<BoxStream<'static, std::io::Result<Bytes>>> = Vec::new();
-            let mut length = 0u64;
+            let mut parts = Vec::with_capacity(many.len() * 2 + 1);
             for r in many {
                 let (s, e) = (*r.start(), *r.end());
                 let head = format!(
                     "\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes {s}-{e}/{size}\r\n\r\n"
                 );
-                length += head.len() as u64 + (e - s + 1);
-                pieces.push(stream::once(async move { Ok(Bytes::from(head)) }).boxed());
-                pieces.push(part(s, e - s + 1));
+                parts.push(Part::Bytes(Bytes::from(head)));
+                parts.push(Part::File {
+                    offset: s,
+                    len: e - s + 1,
+                });
             }
-            let tail = format!("\r\n--{boundary}--\r\n");
-            length += tail.len() as u64;
-            pieces.push(stream::once(async move { Ok(Bytes::from(tail)) }).boxed());
+            parts.push(Part::Bytes(Bytes::from(format!("\r\n--{boundary}--\r\n"))));
             builder = builder.header(
                 header::CONTENT_TYPE,
                 format!("multipart/byteranges; boundary={boundary}"),
             );
-            (
-                StatusCode::PARTIAL_CONTENT,
-                length,
-                stream::iter(pieces).flatten().boxed(),
-            )
+            (StatusCode::PARTIAL_CONTENT, parts)
         }
     };
+    let length: u64 = parts
+        .iter()
+        .map(|p| match p {
+            Part::Bytes(b) => b.len() as u64,
+            Part::File { len, .. } => *len,
+        })
+        .sum();
     tracing::debug!(deployment_id = target.deployment_id, %source, status = status.as_u16(), length, "media request");
-    let body = if head {
-        Body::empty()
-    } else {
-        Body::from_stream(body)
+    if head {
+        return builder
+            .status(status)
+            .header(header::CONTENT_LENGTH, length)
+            .body(Body::empty())
+            .map_err(|e| ApiError::internal(e.to_string()));
+    }
+    // Both ways to send the body: a stream of reads for hyper, and the parts for the plain media listener to
+    // send from the file itself. Whichever serves the answer uses its own; the stream reads nothing unless polled.
+    let reads = media.clone();
+    let stream = stream::iter(parts.clone())
+        .flat_map(move |part| match part {
+            Part::Bytes(bytes) => stream::once(async move { Ok(bytes) }).boxed(),
+            Part::File { offset, len } => file_part(reads.clone(), offset, len),
+        })
+        .boxed();
+    let file_body = FileBody {
+        source: media,
+        parts: parts.into(),
     };
     builder
         .status(status)
         .header(header::CONTENT_LENGTH, length)
-        .body(body)
+        .extension(file_body)
+        .body(Body::from_stream(stream))
         .map_err(|e| ApiError::internal(e.to_string()))
 }

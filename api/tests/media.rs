@@ -13,8 +13,26 @@ use serde_json::json;
 /// The image's size: the least a seed partition allows, plus an odd tail.
 const LEN: usize = common::IMAGE_MIN + 100_000;
 
+/// Which listener a test reads the media from.
+#[derive(Clone, Copy, Debug)]
+enum Listener {
+    /// The API's own (hyper, the body read into memory).
+    Api,
+    /// The plain media listener (the body sent from the file).
+    Media,
+}
+
 #[tokio::test]
-async fn ranges_are_served_and_recorded() {
+async fn ranges_are_served_and_recorded_by_the_api_listener() {
+    ranges_are_served_and_recorded(Listener::Api).await;
+}
+
+#[tokio::test]
+async fn ranges_are_served_and_recorded_by_the_media_listener() {
+    ranges_are_served_and_recorded(Listener::Media).await;
+}
+
+async fn ranges_are_served_and_recorded(listener: Listener) {
     let api = Api::start().await;
     let sim =
         Sim::start(SimConfig::new(1, PersonalityChoice::Single(Personality::Generic)).with_time_scale(0.001))
@@ -37,6 +55,11 @@ async fn ranges_are_served_and_recorded() {
         .fetch_one(&api.db.pool)
         .await
         .unwrap();
+    let base = match listener {
+        Listener::Api => api.base.clone(),
+        Listener::Media => api.media_base.clone(),
+    };
+    let media = |method: Method, path: &str| api.http.request(method, format!("{base}{path}"));
     let url = format!("/media/{secret}/incusos.img");
     // What every answer is checked against: the image with this deployment's seed over partition 2.
     let composed = api.composed_media(&secret).await;
@@ -44,22 +67,20 @@ async fn ranges_are_served_and_recorded() {
     let byte = |i: usize| composed[i];
 
     // Unknown secret.
-    let r = api
-        .req(Method::GET, "/media/nope/incusos.img", None)
+    let r = media(Method::GET, "/media/nope/incusos.img")
         .send()
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 404);
 
     // HEAD: headers only.
-    let r = api.req(Method::HEAD, &url, None).send().await.unwrap();
+    let r = media(Method::HEAD, &url).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(r.headers()[ACCEPT_RANGES], "bytes");
     assert_eq!(r.headers()[CONTENT_LENGTH], LEN.to_string().as_str());
 
     // Single range.
-    let r = api
-        .req(Method::GET, &url, None)
+    let r = media(Method::GET, &url)
         .header(RANGE, "bytes=10-19")
         .send()
         .await
@@ -70,8 +91,7 @@ async fn ranges_are_served_and_recorded() {
     assert_eq!(body.as_ref(), (10..20).map(byte).collect::<Vec<_>>().as_slice());
 
     // Multiple ranges: multipart/byteranges with one part per range.
-    let r = api
-        .req(Method::GET, &url, None)
+    let r = media(Method::GET, &url)
         .header(RANGE, "bytes=0-4, 1000-1009")
         .send()
         .await
@@ -99,9 +119,26 @@ async fn ranges_are_served_and_recorded() {
     }
     assert!(parts[3].starts_with(b"--"));
 
+    // A range across the seed's first byte: the image's bytes, then the seed's.
+    let seed_at = api
+        .store
+        .media_target(&secret)
+        .await
+        .unwrap()
+        .unwrap()
+        .seed_offset
+        .unwrap() as usize;
+    let r = media(Method::GET, &url)
+        .header(RANGE, format!("bytes={}-{}", seed_at - 5, seed_at + 5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 206);
+    let body = r.bytes().await.unwrap();
+    assert_eq!(body.as_ref(), &composed[seed_at - 5..=seed_at + 5]);
+
     // Unsatisfiable.
-    let r = api
-        .req(Method::GET, &url, None)
+    let r = media(Method::GET, &url)
         .header(RANGE, format!("bytes={}-", LEN + 10))
         .send()
         .await
@@ -111,7 +148,7 @@ async fn ranges_are_served_and_recorded() {
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "range_not_satisfiable");
 
-    // Distinct bytes: 10 + 5 + 10 (ranges do not overlap), flushed within the deadline.
+    // Distinct bytes: 10 + 5 + 10 + 11 (ranges do not overlap), flushed within the deadline.
     let pool = api.db.pool.clone();
     let read: i64 = common::wait_for("media reads flushed", Duration::from_secs(10), || {
         let pool = pool.clone();
@@ -123,11 +160,11 @@ async fn ranges_are_served_and_recorded() {
             .fetch_one(&pool)
             .await
             .unwrap();
-            n.filter(|n| *n >= 25)
+            n.filter(|n| *n >= 36)
         }
     })
     .await;
-    assert_eq!(read, 25);
+    assert_eq!(read, 36);
     let source: String = sqlx::query_scalar("SELECT source FROM media_reads WHERE deployment_id = $1")
         .bind(id)
         .fetch_one(&api.db.pool)
@@ -137,12 +174,11 @@ async fn ranges_are_served_and_recorded() {
     let (_, v) = api
         .call(Method::GET, "/1.0/servers/node1", common::VIEWER, None)
         .await;
-    assert_eq!(v["deployment"]["media_bytes_read"], 25);
+    assert_eq!(v["deployment"]["media_bytes_read"], 36);
     assert_eq!(v["deployment"]["media_size"], LEN);
 
     // A full read counts the whole image once.
-    let body = api
-        .req(Method::GET, &url, None)
+    let body = media(Method::GET, &url)
         .send()
         .await
         .unwrap()
@@ -176,7 +212,7 @@ async fn ranges_are_served_and_recorded() {
         "the finished deployment's media to go",
         Duration::from_secs(10),
         || async {
-            let r = api.req(Method::GET, &url, None).send().await.ok()?;
+            let r = media(Method::GET, &url).send().await.ok()?;
             (r.status().as_u16() == 404).then_some(())
         },
     )

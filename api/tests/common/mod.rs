@@ -51,6 +51,8 @@ impl Drop for Dirs {
 
 pub struct Api {
     pub base: String,
+    /// The plain-HTTP media listener (`[api] media_listen`), served beside the API.
+    pub media_base: String,
     pub http: reqwest::Client,
     pub store: Store,
     pub shutdown: CancellationToken,
@@ -119,17 +121,20 @@ impl Api {
             state.config.transport.scheme(),
             listener.local_addr().expect("addr")
         );
+        let media = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let media_base = format!("http://{}", media.local_addr().expect("addr"));
         let shutdown = CancellationToken::new();
         let task = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
-                racklift_api::serve(listener, state, shutdown)
+                racklift_api::serve_all(listener, Some(media), state, shutdown)
                     .await
                     .expect("serve");
             }
         });
         Api {
             base,
+            media_base,
             http: reqwest::Client::new(),
             store,
             shutdown,

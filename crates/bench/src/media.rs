@@ -1,8 +1,9 @@
 //! The media server against nginx, side by side in one run: `racklift api` (a child process, so its CPU is its
-//! own) serving a deployment's composed image (the seed laid over partition 2, reads recorded), and nginx
-//! (Debian's package, a child too, `sendfile` on) serving the same file from the same disk with Range. The same
-//! readers hit both, alternately, on loopback: `readers` at once, each either fetching random `range_bytes`
-//! ranges or streaming the file from the start, for `duration` per run.
+//! own) serving a deployment's composed image (the seed laid over partition 2, reads recorded) on its plain media
+//! listener (`sendfile`) and on the API's own listener (hyper, plain HTTP here so that only the body's path
+//! differs), and nginx (Debian's package, a child too, `sendfile` on) serving the same file from the same disk
+//! with Range. The same readers hit the three in turn on loopback: `readers` at once, each either fetching random
+//! `range_bytes` ranges or streaming the file from the start, for `duration` per run.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -51,11 +52,21 @@ pub struct Served {
     pub cpu_secs_per_gib: f64,
 }
 
-/// The medians per (mode, server).
+/// The medians of one read mode, per server.
+#[derive(Debug, Clone, Copy)]
+pub struct MediaRow {
+    pub mode: ReadMode,
+    /// racklift's media listener (`[api] media_listen`): what BMCs read.
+    pub media_listener: Served,
+    /// The same media through the API's own listener.
+    pub api_listener: Served,
+    pub nginx: Served,
+}
+
+/// The medians per mode.
 #[derive(Debug, Clone)]
 pub struct MediaReport {
-    /// (mode, racklift, nginx).
-    pub rows: Vec<(ReadMode, Served, Served)>,
+    pub rows: Vec<MediaRow>,
     pub nginx_version: String,
 }
 
@@ -80,6 +91,8 @@ pub async fn run(racklift: &Path, admin_url: &str, run: MediaRun) -> Result<Medi
     let store = Store::new(pool.clone());
     let api_port = free_port()?;
     let api_base = format!("http://127.0.0.1:{api_port}");
+    let media_port = free_port()?;
+    let media_base = format!("http://127.0.0.1:{media_port}");
     let server = RackServer {
         name: "bench-1".to_owned(),
         bmc_url: "https://bmc.invalid".to_owned(),
@@ -107,6 +120,8 @@ pub async fn run(racklift: &Path, admin_url: &str, run: MediaRun) -> Result<Medi
         .env("DATABASE_URL", &url)
         .env("RACKLIFT_API_LISTEN", format!("127.0.0.1:{api_port}"))
         .env("RACKLIFT_API__PLAIN_HTTP", "true")
+        .env("RACKLIFT_API__MEDIA_LISTEN", format!("127.0.0.1:{media_port}"))
+        .env("RACKLIFT_API__MEDIA_PUBLIC_ADDRESS", &media_base)
         .env("RACKLIFT_PATHS__IMAGES_DIR", &images)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -121,29 +136,41 @@ pub async fn run(racklift: &Path, admin_url: &str, run: MediaRun) -> Result<Medi
         .pool_max_idle_per_host(run.readers)
         .build()
         .map_err(|e| BenchError::Stalled(format!("HTTP client: {e}")))?;
-    let api_url = format!("{api_base}{media_path}");
     let file = image.file_name().and_then(|f| f.to_str()).unwrap_or_default();
-    let nginx_url = format!("http://127.0.0.1:{nginx_port}/{file}");
-    for url in [&api_url, &nginx_url] {
-        wait_serving(&http, url).await?;
+    let pids: Vec<u32> = api.id().into_iter().collect();
+    let targets = [
+        Target {
+            url: format!("{media_base}{media_path}"),
+            pids: pids.clone(),
+        },
+        Target {
+            url: format!("{api_base}{media_path}"),
+            pids,
+        },
+        Target {
+            url: format!("http://127.0.0.1:{nginx_port}/{file}"),
+            pids: nginx.pids(),
+        },
+    ];
+    for target in &targets {
+        wait_serving(&http, &target.url).await?;
     }
-    let api_target = Target {
-        url: api_url,
-        pids: api.id().into_iter().collect(),
-    };
-    let nginx_target = Target {
-        url: nginx_url,
-        pids: nginx.pids(),
-    };
-    // Both serve the same size; only racklift's bytes carry the seed.
+    // All serve the same size; only racklift's bytes carry the seed.
     let mut rows = Vec::new();
     for mode in [ReadMode::RandomRanges, ReadMode::Sequential] {
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let mut runs: [Vec<Served>; 3] = Default::default();
         for _ in 0..run.reps.max(1) {
-            ours.push(measure(&http, &api_target, mode, run).await?);
-            theirs.push(measure(&http, &nginx_target, mode, run).await?);
+            for (target, runs) in targets.iter().zip(runs.iter_mut()) {
+                runs.push(measure(&http, target, mode, run).await?);
+            }
         }
-        rows.push((mode, median_served(&mut ours), median_served(&mut theirs)));
+        let [media, api, nginx] = runs;
+        rows.push(MediaRow {
+            mode,
+            media_listener: median_served(&mut { media }),
+            api_listener: median_served(&mut { api }),
+            nginx: median_served(&mut { nginx }),
+        });
     }
     let nginx_version = nginx.version();
     let _ = api.start_kill();

@@ -408,17 +408,23 @@ async fn media(args: MediaArgs) -> anyhow::Result<()> {
         args.reps,
         r.nginx_version
     );
-    println!("| readers | racklift MiB/s | nginx MiB/s | ratio | racklift CPU s/GiB | nginx CPU s/GiB |");
-    println!("|---|---|---|---|---|---|");
-    for (mode, ours, nginx) in &r.rows {
+    println!(
+        "| readers | media listener MiB/s | API listener MiB/s | nginx MiB/s | media / nginx | API / nginx | media CPU s/GiB | API CPU s/GiB | nginx CPU s/GiB |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mib = |s: &racklift_bench::media::Served| s.bytes_per_sec / f64::from(1u32 << 20);
+    for row in &r.rows {
         println!(
-            "| {} | {:.0} | {:.0} | {:.0} % | {:.2} | {:.2} |",
-            mode.name(),
-            ours.bytes_per_sec / f64::from(1u32 << 20),
-            nginx.bytes_per_sec / f64::from(1u32 << 20),
-            100.0 * ours.bytes_per_sec / nginx.bytes_per_sec,
-            ours.cpu_secs_per_gib,
-            nginx.cpu_secs_per_gib
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} % | {:.0} % | {:.2} | {:.2} | {:.2} |",
+            row.mode.name(),
+            mib(&row.media_listener),
+            mib(&row.api_listener),
+            mib(&row.nginx),
+            100.0 * row.media_listener.bytes_per_sec / row.nginx.bytes_per_sec,
+            100.0 * row.api_listener.bytes_per_sec / row.nginx.bytes_per_sec,
+            row.media_listener.cpu_secs_per_gib,
+            row.api_listener.cpu_secs_per_gib,
+            row.nginx.cpu_secs_per_gib
         );
     }
     Ok(())

@@ -32,6 +32,7 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
+pub mod files;
 pub mod tls;
 
 pub use tls::PeerCertificate;
