@@ -419,13 +419,7 @@ pub async fn serve_media(
             (StatusCode::PARTIAL_CONTENT, parts)
         }
     };
-    let length: u64 = parts
-        .iter()
-        .map(|p| match p {
-            Part::Bytes(b) => b.len() as u64,
-            Part::File { len, .. } => *len,
-        })
-        .sum();
+    let length: u64 = parts.iter().map(Part::len).sum();
     tracing::debug!(deployment_id = target.deployment_id, %source, status = status.as_u16(), length, "media request");
     if head {
         return builder

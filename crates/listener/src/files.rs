@@ -72,6 +72,20 @@ pub trait FileSource: Send + Sync + 'static {
     fn sent(&self, offset: u64, len: u64);
 }
 
+impl Part {
+    /// Its bytes in the body.
+    pub fn len(&self) -> u64 {
+        match self {
+            Part::Bytes(bytes) => bytes.len() as u64,
+            Part::File { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The response extension that has this server write the body: `parts`, in order, their lengths adding up to the
 /// answer's `Content-Length`. The response's own body is then not read (an answer made for hyper as well carries
 /// both).
@@ -331,9 +345,7 @@ impl Connection {
     async fn send_file(&mut self, source: &dyn FileSource, range: Range<u64>) -> std::io::Result<()> {
         let mut offset = range.start;
         while offset < range.end {
-            let count = usize::try_from(range.end - offset)
-                .unwrap_or(SEND_CHUNK)
-                .min(SEND_CHUNK);
+            let count = chunk(offset, range.end);
             let stream = &self.stream;
             let sent = send(stream.async_io(Interest::WRITABLE, || {
                 let mut at = offset;
@@ -359,9 +371,7 @@ impl Connection {
         use std::os::unix::fs::FileExt;
         let mut offset = range.start;
         while offset < range.end {
-            let want = usize::try_from(range.end - offset)
-                .unwrap_or(SEND_CHUNK)
-                .min(SEND_CHUNK);
+            let want = chunk(offset, range.end);
             let mut buf = vec![0u8; want];
             let mut filled = 0;
             while filled < want {
@@ -386,6 +396,13 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// Bytes to move in one call from `offset` towards `end`: at most [`SEND_CHUNK`].
+fn chunk(offset: u64, end: u64) -> usize {
+    usize::try_from(end - offset)
+        .unwrap_or(SEND_CHUNK)
+        .min(SEND_CHUNK)
 }
 
 /// `write` bounded by [`SEND_STALL_TIMEOUT`].

@@ -70,13 +70,7 @@ impl Drop for TempDir {
 
 /// The answer `/parts` makes: `parts` of the pattern file, as a handler of the media server would.
 fn file_answer(source: Arc<Pattern>, parts: Vec<Part>) -> Response<Body> {
-    let length: u64 = parts
-        .iter()
-        .map(|p| match p {
-            Part::Bytes(b) => b.len() as u64,
-            Part::File { len, .. } => *len,
-        })
-        .sum();
+    let length: u64 = parts.iter().map(Part::len).sum();
     let mut response = (
         [(header::CONTENT_LENGTH, length.to_string())],
         "the body hyper would send, never sent here",
