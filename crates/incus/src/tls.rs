@@ -240,6 +240,9 @@ pub(crate) fn client_config(
             reason: format!("client identity: {e}"),
         })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // Every connection is a full handshake, so every call checks the certificate the server presents now: a
+    // resumed session would carry the first one forward and hide a changed certificate.
+    config.resumption = rustls::client::Resumption::disabled();
     Ok(config)
 }
 
