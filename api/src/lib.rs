@@ -7,6 +7,7 @@
 mod auth;
 mod bmc_actions;
 mod catalog;
+mod clusters;
 pub mod demo;
 mod deploy;
 mod error;
@@ -128,15 +129,25 @@ pub struct AppState {
     pub store: racklift_store::Store,
     pub queue: racklift_queue::Queue,
     pub config: Arc<ApiConfig>,
+    /// Registered servers' Incus APIs, for cluster creation and the launch rules of cluster operations.
+    pub incus: Arc<racklift_bmc_access::incus::IncusAccess>,
     media_reads: media::Recorder,
     media_targets: media_targets::MediaTargets,
 }
 
 impl AppState {
     pub fn new(store: racklift_store::Store, queue: racklift_queue::Queue, config: ApiConfig) -> AppState {
+        let incus = racklift_bmc_access::incus::IncusAccess::new(
+            store.clone(),
+            racklift_bmc_access::incus::IncusSettings {
+                call_timeout: std::time::Duration::from_secs(config.deploy.rolling.incus_call_timeout_secs),
+                allow_plain_http: false,
+            },
+        );
         AppState {
             store,
             queue,
+            incus: Arc::new(incus),
             config: Arc::new(config),
             media_reads: media::Recorder::default(),
             media_targets: media_targets::MediaTargets::default(),

@@ -10,7 +10,7 @@ use utoipa_axum::routes;
 
 use crate::openapi::{ApiDoc, publish};
 use crate::{
-    AppState, bmc_actions, catalog, deploy, media, metrics, openapi, registration, servers, triage,
+    AppState, bmc_actions, catalog, clusters, deploy, media, metrics, openapi, registration, servers, triage,
     triage_actions, update_catalog, updates,
 };
 
@@ -35,6 +35,13 @@ pub(crate) fn routes() -> Routes {
         .routes(routes!(registration::register))
         .routes(routes!(updates::list, update_catalog::publish))
         .routes(routes!(updates::files))
+        .routes(routes!(clusters::list, clusters::create))
+        .routes(routes!(clusters::show, clusters::remove))
+        .routes(routes!(clusters::update_action))
+        .routes(routes!(clusters::reboot_action))
+        .routes(routes!(clusters::cancel_action))
+        .routes(routes!(clusters::pause_action))
+        .routes(routes!(clusters::resume_action))
         .routes(routes!(deploy::deploy_action))
         .routes(routes!(deploy::cancel_action))
         .routes(routes!(bmc_actions::power))

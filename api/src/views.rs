@@ -169,3 +169,172 @@ pub struct BmcActionAccepted {
     #[schema(value_type = Object)]
     pub action: BmcAction,
 }
+
+/// A cluster as answered, with its operation in progress or, when none is, its last one.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClusterView {
+    pub name: String,
+    /// In the order rolling operations take them.
+    pub servers: Vec<String>,
+    pub post_restore_delay_secs: Option<u64>,
+    pub created_at: DateTime<Utc>,
+    pub operation: Option<ClusterOperationView>,
+}
+
+impl ClusterView {
+    pub fn of(
+        cluster: racklift_store::Cluster,
+        op: Option<&racklift_store::ClusterOperation>,
+    ) -> ClusterView {
+        ClusterView {
+            name: cluster.name,
+            servers: cluster.members,
+            post_restore_delay_secs: cluster.post_restore_delay_secs,
+            created_at: cluster.created_at,
+            operation: op.map(ClusterOperationView::of),
+        }
+    }
+}
+
+/// A cluster-wide operation: where it stands, `[k/N]`, and what the run decided about each server.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClusterOperationView {
+    pub id: i64,
+    /// `rolling_update` or `rolling_reboot`.
+    #[schema(example = "rolling_reboot")]
+    pub operation: &'static str,
+    pub status: racklift_store::OperationStatus,
+    /// `update` (staging) or `restart` (one server at a time).
+    #[schema(example = "restart")]
+    pub phase: &'static str,
+    /// Servers done, of all: `[k/N]`.
+    #[schema(example = "[2/5]")]
+    pub progress: String,
+    pub done: usize,
+    pub total: usize,
+    /// What the operation is doing, as an operator reads it: `[3/5] Evacuating server s3`.
+    pub status_description: String,
+    pub current_server: Option<String>,
+    pub current_step: Option<String>,
+    /// Servers that still owe a reboot.
+    pub pending_reboot: Vec<String>,
+    /// Why the operation paused, failed or was canceled.
+    pub status_reason: Option<String>,
+    pub failed_server: Option<String>,
+    pub failed_step: Option<String>,
+    pub first_error: Option<String>,
+    pub last_error: Option<String>,
+    pub os_only: bool,
+    pub applications: Vec<String>,
+    pub cancel_requested: bool,
+    pub pause_requested: bool,
+    pub servers: Vec<ClusterServerView>,
+    pub requested_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// One server's record in a run (spec 001's per-server update record).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClusterServerView {
+    pub name: String,
+    pub step: Option<String>,
+    pub step_triggered_at: Option<DateTime<Utc>>,
+    /// Attempts of the current step, the first included.
+    pub attempts: u32,
+    pub reboot_pending: bool,
+    /// Evacuated before the run, and left so.
+    pub kept_evacuated: bool,
+    pub done: bool,
+    pub first_error: Option<String>,
+    pub last_error: Option<String>,
+}
+
+impl ClusterOperationView {
+    pub fn of(op: &racklift_store::ClusterOperation) -> ClusterOperationView {
+        use racklift_deploy::rolling_run::{Phase, RunKind, step_name};
+        let run = &op.run;
+        let (done, total) = run.progress();
+        let current = if op.status.is_live() { run.current() } else { None };
+        let step = current.and_then(|s| s.update.step).map(step_name);
+        let status_description = match (op.status, current) {
+            (racklift_store::OperationStatus::Running, Some(s)) => {
+                let doing = match (run.phase, step) {
+                    (Phase::Update, _) => "Updating servers".to_owned(),
+                    (_, Some("evacuate")) => format!("Evacuating server {}", s.name),
+                    (_, Some("reboot")) => format!("Rebooting server {}", s.name),
+                    (_, Some("restore")) => format!("Restoring server {}", s.name),
+                    _ => format!("Next: server {}", s.name),
+                };
+                format!("[{}/{total}] {doing}", done + 1)
+            }
+            (status, _) => format!(
+                "[{done}/{total}] {}{}",
+                status.as_str(),
+                op.status_reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+        };
+        let errors = |pick: fn(&racklift_deploy::rolling::ServerUpdate) -> &Option<String>| {
+            run.servers.iter().find_map(|s| pick(&s.update).clone())
+        };
+        let (os_only, applications) = match &run.kind {
+            RunKind::Update {
+                os_only,
+                applications,
+            } => (*os_only, applications.clone()),
+            RunKind::Reboot => (false, Vec::new()),
+        };
+        ClusterOperationView {
+            id: op.id,
+            operation: run.kind.operation(),
+            status: op.status,
+            phase: match run.phase {
+                Phase::Update => "update",
+                Phase::Restart => "restart",
+            },
+            progress: format!("[{done}/{total}]"),
+            done,
+            total,
+            status_description,
+            current_server: current.map(|s| s.name.clone()),
+            current_step: step.map(str::to_owned),
+            pending_reboot: run.pending_reboot().into_iter().map(str::to_owned).collect(),
+            status_reason: op.status_reason.clone(),
+            failed_server: op.failed_server.clone(),
+            failed_step: op.failed_step.clone(),
+            first_error: errors(|u| &u.first_error),
+            last_error: run.servers.iter().rev().find_map(|s| s.update.last_error.clone()),
+            os_only,
+            applications,
+            cancel_requested: op.cancel_requested,
+            pause_requested: op.pause_requested,
+            servers: run
+                .servers
+                .iter()
+                .map(|s| ClusterServerView {
+                    name: s.name.clone(),
+                    step: s.update.step.map(|st| step_name(st).to_owned()),
+                    step_triggered_at: s.update.step_triggered_at,
+                    attempts: if s.update.step.is_some() {
+                        s.update.retries + 1
+                    } else {
+                        0
+                    },
+                    reboot_pending: s.update.reboot_pending,
+                    kept_evacuated: s.update.keep_evacuated,
+                    done: s.done,
+                    first_error: s.update.first_error.clone(),
+                    last_error: s.update.last_error.clone(),
+                })
+                .collect(),
+            requested_by: op.requested_by.clone(),
+            created_at: op.created_at,
+            updated_at: op.updated_at,
+            finished_at: op.finished_at,
+        }
+    }
+}

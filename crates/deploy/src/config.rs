@@ -70,6 +70,8 @@ pub struct Config {
     pub bmc_data_refresh_timeout_secs: u64,
     /// Ranges kept per media read progress before neighbours are coalesced.
     pub media_max_ranges: usize,
+    /// The rolling update / reboot budgets of cluster operations (`[deploy.rolling]`).
+    pub rolling: crate::rolling::RollingConfig,
 }
 
 impl Default for Config {
@@ -99,6 +101,7 @@ impl Default for Config {
             secure_boot_call_timeout_secs: 15 * 60,
             bmc_data_refresh_timeout_secs: 2 * 60,
             media_max_ranges: 256,
+            rolling: crate::rolling::RollingConfig::default(),
         }
     }
 }
@@ -132,6 +135,7 @@ impl Config {
             attach_media_call_timeout_secs: s(d.attach_media_call_timeout_secs).max(30),
             secure_boot_call_timeout_secs: s(d.secure_boot_call_timeout_secs).max(30),
             bmc_data_refresh_timeout_secs: s(d.bmc_data_refresh_timeout_secs).max(10),
+            rolling: d.rolling.for_simulation(scale),
             ..d
         }
     }
@@ -163,6 +167,7 @@ impl Config {
                 cap_secs: self.retry_backoff_max_secs,
             });
         }
+        self.rolling.validate()?;
         if self.media_max_ranges < 2 {
             return Err(ConfigError::TooFewRanges {
                 ranges: self.media_max_ranges,

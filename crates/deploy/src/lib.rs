@@ -53,6 +53,7 @@ pub mod ranges;
 pub mod reboot;
 pub mod record;
 pub mod rolling;
+pub mod rolling_run;
 pub mod secure_boot;
 pub mod table;
 pub mod triage;

@@ -309,19 +309,28 @@ impl RollingState {
     }
 }
 
-/// Budgets of the rolling run. OC publishes no numeric defaults for these; racklift's are
-/// chosen to be generous for evacuations of busy members and strict for reboots.
+/// Budgets of the rolling run. OC publishes no numeric defaults for these; racklift's are chosen to be generous
+/// for evacuations of busy members and strict for reboots.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RollingConfig {
+    /// Attempts a step gets beyond its first before the run ends.
     pub step_retries: u32,
+    /// Staging an update (the OS or the listed applications).
     pub update_timeout_secs: u64,
     pub evacuate_timeout_secs: u64,
+    /// No fallback: a server that does not come back in this time ends the run.
     pub reboot_timeout_secs: u64,
     pub restore_timeout_secs: u64,
-    /// Overridden by a cluster's own `post_restore_delay`.
+    /// Overridden by a cluster's own `post_restore_delay_secs`.
     pub post_restore_delay_secs: u64,
+    /// How often a run polls its members while a step is in flight.
     pub poll_interval_secs: u64,
+    /// How long the health gate holds the next evacuation back (another member not Online) before the run
+    /// pauses with the reason.
+    pub health_gate_timeout_secs: u64,
+    /// Deadline of one call to a server's Incus API.
+    pub incus_call_timeout_secs: u64,
 }
 
 impl Default for RollingConfig {
@@ -334,6 +343,8 @@ impl Default for RollingConfig {
             restore_timeout_secs: 30 * 60,
             post_restore_delay_secs: 60,
             poll_interval_secs: 30,
+            health_gate_timeout_secs: 10 * 60,
+            incus_call_timeout_secs: 60,
         }
     }
 }
@@ -346,6 +357,40 @@ impl RollingConfig {
             RollingStep::Reboot => self.reboot_timeout_secs,
             RollingStep::Restore => self.restore_timeout_secs,
         }
+    }
+
+    /// The budgets of simulated hardware at `scale`: every duration scaled, polls never below a second, the
+    /// waits never shorter than a simulated step could take.
+    pub fn for_simulation(&self, scale: f64) -> RollingConfig {
+        let s = |secs: u64| ((secs as f64 * scale).ceil() as u64).max(1);
+        RollingConfig {
+            step_retries: self.step_retries,
+            update_timeout_secs: s(self.update_timeout_secs).max(60),
+            evacuate_timeout_secs: s(self.evacuate_timeout_secs).max(30),
+            reboot_timeout_secs: s(self.reboot_timeout_secs).max(60),
+            restore_timeout_secs: s(self.restore_timeout_secs).max(30),
+            post_restore_delay_secs: s(self.post_restore_delay_secs),
+            poll_interval_secs: s(self.poll_interval_secs),
+            health_gate_timeout_secs: s(self.health_gate_timeout_secs).max(30),
+            incus_call_timeout_secs: s(self.incus_call_timeout_secs).max(10),
+        }
+    }
+
+    /// Rejects values that would make a run stall or never time out.
+    pub fn validate(&self) -> Result<(), crate::ConfigError> {
+        for (field, value) in [
+            ("rolling.update_timeout_secs", self.update_timeout_secs),
+            ("rolling.evacuate_timeout_secs", self.evacuate_timeout_secs),
+            ("rolling.reboot_timeout_secs", self.reboot_timeout_secs),
+            ("rolling.restore_timeout_secs", self.restore_timeout_secs),
+            ("rolling.poll_interval_secs", self.poll_interval_secs),
+            ("rolling.incus_call_timeout_secs", self.incus_call_timeout_secs),
+        ] {
+            if value == 0 {
+                return Err(crate::ConfigError::Zero { field });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -444,14 +489,19 @@ pub fn decide_server(
 }
 
 /// The deadline of `step` if the record shows it triggered.
-fn in_flight(rec: &ServerUpdate, step: RollingStep, cfg: &RollingConfig) -> Option<Time> {
+pub(crate) fn in_flight(rec: &ServerUpdate, step: RollingStep, cfg: &RollingConfig) -> Option<Time> {
     match (rec.step, rec.step_triggered_at) {
         (Some(s), Some(at)) if s == step => Some(at + secs(cfg.timeout_secs(step))),
         _ => None,
     }
 }
 
-fn trigger(next: &mut ServerUpdate, step: RollingStep, now: Time, cfg: &RollingConfig) -> RollingDecision {
+pub(crate) fn trigger(
+    next: &mut ServerUpdate,
+    step: RollingStep,
+    now: Time,
+    cfg: &RollingConfig,
+) -> RollingDecision {
     if next.step == Some(step) {
         next.retries += 1;
         if next.retries > cfg.step_retries {

@@ -46,6 +46,8 @@ pub const NAMES: &[&str] = &[
     "racklift_queue_oldest_due_seconds",
     "racklift_dead_letters_open",
     "racklift_deployments",
+    "racklift_cluster_operations",
+    "racklift_cluster_servers_done",
     "racklift_queue_leases_total",
     "racklift_queue_lease_lost_total",
     "racklift_queue_fence_rejections_total",
@@ -53,6 +55,7 @@ pub const NAMES: &[&str] = &[
     "racklift_dead_letters_opened_total",
     "racklift_job_duration_seconds",
     "racklift_deploy_step_duration_seconds",
+    "racklift_cluster_step_duration_seconds",
     "racklift_bmc_call_duration_seconds",
     "racklift_bmc_call_errors_total",
     "racklift_media_bytes_served_total",
@@ -64,6 +67,8 @@ pub const DB_SAMPLED: &[&str] = &[
     "racklift_queue_oldest_due_seconds",
     "racklift_dead_letters_open",
     "racklift_deployments",
+    "racklift_cluster_operations",
+    "racklift_cluster_servers_done",
 ];
 
 /// The registered collectors. Fields are public so a call site reads as what it counts:
@@ -78,6 +83,10 @@ pub struct Metrics {
     pub dead_letters_open: GaugeVec,
     /// Deployments per state-machine state.
     pub deployments: GaugeVec,
+    /// Cluster operations per operation and status.
+    pub cluster_operations: GaugeVec,
+    /// Servers done of each live cluster operation.
+    pub cluster_servers_done: GaugeVec,
     /// Jobs leased, per kind.
     pub queue_leases: IntCounterVec,
     /// Leases their holder found lost (expired and taken over, or revoked) while the job ran.
@@ -92,6 +101,8 @@ pub struct Metrics {
     pub job_duration: HistogramVec,
     /// Time of one deployment step lease, per state it started in.
     pub deploy_step_duration: HistogramVec,
+    /// Time of one Incus trigger call of a rolling run, per step.
+    pub cluster_step_duration: HistogramVec,
     /// Redfish operations (all requests and in-process retries of one operation), per vendor and operation.
     pub bmc_call_duration: HistogramVec,
     /// Failed Redfish operations, per vendor and error class.
@@ -152,6 +163,16 @@ impl Metrics {
                 "Deployments per state-machine state, read from PostgreSQL at scrape time.",
                 &["state"],
             )?,
+            cluster_operations: gauge(
+                "racklift_cluster_operations",
+                "Cluster operations (rolling_update, rolling_reboot) per status, read from PostgreSQL at scrape time.",
+                &["operation", "status"],
+            )?,
+            cluster_servers_done: gauge(
+                "racklift_cluster_servers_done",
+                "Servers a live cluster operation is done with, read from PostgreSQL at scrape time.",
+                &["cluster", "operation"],
+            )?,
             queue_leases: counter(
                 "racklift_queue_leases_total",
                 "Jobs leased by this process.",
@@ -186,6 +207,11 @@ impl Metrics {
                 "racklift_deploy_step_duration_seconds",
                 "Time one deployment step lease takes (observe, decide, act, commit), by the state it started in.",
                 &["state"],
+            )?,
+            cluster_step_duration: timed(
+                "racklift_cluster_step_duration_seconds",
+                "Time of one Incus trigger call of a rolling run (evacuate, reboot, restore, update), by step.",
+                &["step"],
             )?,
             bmc_call_duration: timed(
                 "racklift_bmc_call_duration_seconds",

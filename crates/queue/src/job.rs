@@ -81,6 +81,17 @@ impl NewJob {
     }
 }
 
+/// A job kind's contract in one place: the payload is a named type and the kind's name a constant beside it, so
+/// whoever enqueues and whoever handles the job cannot disagree on either.
+pub trait JobPayload: Serialize + DeserializeOwned {
+    const KIND: &'static str;
+
+    /// A job of this kind carrying this payload, with the defaults of [`NewJob::new`].
+    fn new_job(&self) -> NewJob {
+        NewJob::new(Self::KIND, self).expect("a payload type serialises to a JSON object")
+    }
+}
+
 /// The result of enqueueing one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enqueued {

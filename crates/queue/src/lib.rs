@@ -19,7 +19,8 @@ pub use backoff::Backoff;
 pub use error::QueueError;
 pub use idempotency::RequestKey;
 pub use job::{
-    BatchEnqueued, Enqueued, ErrorClass, FailOutcome, Failure, Fence, JobId, LeasedJob, NewJob, RunAt,
+    BatchEnqueued, Enqueued, ErrorClass, FailOutcome, Failure, Fence, JobId, JobPayload, LeasedJob, NewJob,
+    RunAt,
 };
 pub use queue::{JobRef, Queue, QueueConfig, RescueReport};
 pub use sql::{CHANNEL, LEASE_SQL};

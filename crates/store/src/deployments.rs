@@ -383,7 +383,8 @@ impl Store {
     /// its own statements, with zeros for `kinds`) and the deployments'.
     pub async fn sample_gauges(&self, queue: &Queue, kinds: &[&str]) -> Result<(), StoreError> {
         queue.sample_gauges(kinds).await.map_err(queue_error)?;
-        self.sample_deployment_gauges().await
+        self.sample_deployment_gauges().await?;
+        self.sample_cluster_gauges().await
     }
 }
 

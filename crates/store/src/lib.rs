@@ -6,6 +6,7 @@
 
 mod bmc_actions;
 mod catalog;
+mod clusters;
 mod deployments;
 mod error;
 mod events;
@@ -22,6 +23,10 @@ pub use bmc_actions::{BMC_ACTION_KIND, BmcAction, BmcActionPayload, bmc_action_r
 pub use catalog::{
     ApiToken, ApiTokenInfo, BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS,
     ProvisioningToken, Role, Seed,
+};
+pub use clusters::{
+    Cluster, ClusterOperation, ClusterStep, IncusEndpoint, NewCluster, OperationControl, OperationStatus,
+    RunUpdate,
 };
 pub use deployments::{DeploymentRecord, NewDeployment, STEP_KIND, queue_error, step_job};
 pub use error::StoreError;

@@ -256,8 +256,19 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes a server that has no running deployment.
+    /// Deletes a server that has no running deployment and is in no cluster.
     pub async fn delete_server(&self, name: &str) -> Result<(), StoreError> {
+        let cluster: Option<(String,)> =
+            sqlx::query_as("SELECT cluster FROM cluster_members WHERE server = $1")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
+        if let Some((cluster,)) = cluster {
+            return Err(StoreError::Conflict {
+                what: "server is a member of cluster",
+                name: cluster,
+            });
+        }
         let done = sqlx::query(
             "DELETE FROM servers WHERE name = $1 AND NOT EXISTS \
              (SELECT 1 FROM deployments WHERE server = $1 AND finished_at IS NULL)",

@@ -1,0 +1,401 @@
+//! Reaching a registered server's Incus API for cluster operations: racklift's client identity (from the
+//! store) presented over mutual TLS, the server's certificate pinned (the one it registered with, which Incus
+//! also serves, or the first one seen, which is then stored), and what a rolling run needs polled into
+//! [`MemberFacts`]: the member's status in the cluster, the OS and application versions, and the versions
+//! racklift's update catalog offers it.
+//!
+//! Both the API (launch rules, cluster creation) and the workers (every tick of a run) poll through this, so
+//! what a launch is refused for and what a run acts on are read the same way.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use racklift_deploy::rolling::RollingStep;
+use racklift_deploy::rolling_run::{MemberFacts, MemberStatus, RollingRun};
+use racklift_incus::{
+    CertPin, ClientIdentity, Fence, IncusClient, IncusConfig, OperationStatus, ServerTrust,
+};
+use racklift_store::{IncusEndpoint, Store, StoreError};
+use tokio::sync::OnceCell;
+
+/// How the Incus APIs of servers are reached.
+#[derive(Debug, Clone)]
+pub struct IncusSettings {
+    /// Deadline of one call.
+    pub call_timeout: Duration,
+    /// Accept `http://` connection URLs (a simulator without TLS); never for real servers.
+    pub allow_plain_http: bool,
+}
+
+/// Why a set of servers is not one reachable Incus cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterCheckError {
+    #[error("server {server} has not registered (no connection URL for its Incus API)")]
+    NotRegistered { server: String },
+    #[error("server {server}: Incus API at {url}")]
+    Unreachable {
+        server: String,
+        url: String,
+        #[source]
+        source: racklift_incus::Error,
+    },
+    #[error("the servers do not form one Incus cluster: {detail}")]
+    NotOneCluster { detail: String },
+    #[error("racklift's client identity")]
+    Identity(#[source] StoreError),
+}
+
+/// A member as one poll found it.
+#[derive(Debug, Clone)]
+pub struct IncusEndpointFacts {
+    pub server: String,
+    pub endpoint: IncusEndpoint,
+    pub facts: MemberFacts,
+}
+
+/// Clients for servers' Incus APIs, sharing racklift's identity.
+pub struct IncusAccess {
+    store: Store,
+    settings: IncusSettings,
+    identity: OnceCell<ClientIdentity>,
+}
+
+impl IncusAccess {
+    pub fn new(store: Store, settings: IncusSettings) -> IncusAccess {
+        IncusAccess {
+            store,
+            settings,
+            identity: OnceCell::new(),
+        }
+    }
+
+    async fn identity(&self) -> Result<ClientIdentity, StoreError> {
+        self.identity
+            .get_or_try_init(|| async {
+                let id = self.store.client_identity().await?;
+                Ok(ClientIdentity::from_pem(id.certificate_pem, id.key_pem))
+            })
+            .await
+            .cloned()
+    }
+
+    /// A client for the endpoint; `None` when the server has not registered its connection URL.
+    async fn client(&self, endpoint: &IncusEndpoint) -> Result<Option<IncusClient>, ClusterCheckError> {
+        let Some(url) = &endpoint.connection_url else {
+            return Ok(None);
+        };
+        let identity = self.identity().await.map_err(ClusterCheckError::Identity)?;
+        let pin = endpoint
+            .certificate_sha256
+            .as_deref()
+            .and_then(|p| p.parse::<CertPin>().ok());
+        let mut config = IncusConfig::new(&endpoint.server, url, identity, ServerTrust::from_pin(pin));
+        config.allow_plain_http = self.settings.allow_plain_http;
+        config.call_deadline = self.settings.call_timeout;
+        IncusClient::new(config)
+            .map(Some)
+            .map_err(|source| ClusterCheckError::Unreachable {
+                server: endpoint.server.clone(),
+                url: url.clone(),
+                source,
+            })
+    }
+
+    /// Stores the certificate a first contact recorded, so later calls are pinned to it.
+    async fn keep_pin(&self, endpoint: &IncusEndpoint, client: &IncusClient) {
+        if endpoint.certificate_sha256.is_none()
+            && let Some(pin) = client.observed_pin()
+            && let Err(e) = self
+                .store
+                .pin_incus_certificate(&endpoint.server, &pin.to_string())
+                .await
+        {
+            tracing::warn!(server = %endpoint.server, error = %e, "could not store the Incus certificate pin");
+        }
+    }
+
+    /// Checks that the servers form one Incus cluster: each is clustered, and every one lists exactly the
+    /// members the others list, those members being these servers.
+    pub async fn check_one_cluster(&self, endpoints: &[IncusEndpoint]) -> Result<(), ClusterCheckError> {
+        let mut names = Vec::with_capacity(endpoints.len());
+        let mut views: Vec<(String, Vec<String>)> = Vec::with_capacity(endpoints.len());
+        for endpoint in endpoints {
+            let Some(client) = self.client(endpoint).await? else {
+                return Err(ClusterCheckError::NotRegistered {
+                    server: endpoint.server.clone(),
+                });
+            };
+            let unreachable = |source| ClusterCheckError::Unreachable {
+                server: endpoint.server.clone(),
+                url: endpoint.connection_url.clone().unwrap_or_default(),
+                source,
+            };
+            let cluster = client.cluster().await.map_err(unreachable)?;
+            self.keep_pin(endpoint, &client).await;
+            if !cluster.enabled || cluster.server_name.is_empty() {
+                return Err(ClusterCheckError::NotOneCluster {
+                    detail: format!("{} is not clustered", endpoint.server),
+                });
+            }
+            let mut members: Vec<String> = client
+                .members()
+                .await
+                .map_err(unreachable)?
+                .into_iter()
+                .map(|m| m.server_name)
+                .collect();
+            members.sort();
+            names.push(cluster.server_name.clone());
+            views.push((endpoint.server.clone(), members));
+        }
+        let mut expected = names.clone();
+        expected.sort();
+        expected.dedup();
+        if expected.len() != names.len() {
+            return Err(ClusterCheckError::NotOneCluster {
+                detail: "two servers report the same member name".into(),
+            });
+        }
+        for (server, members) in &views {
+            if members != &expected {
+                return Err(ClusterCheckError::NotOneCluster {
+                    detail: format!(
+                        "{server} lists the members [{}], the servers are [{}]",
+                        members.join(", "),
+                        expected.join(", ")
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls every member for a launch: `Err` only when a server is not registered or the identity is missing;
+    /// a member that does not answer is reported as such in its facts.
+    pub async fn poll(
+        &self,
+        endpoints: &[IncusEndpoint],
+    ) -> Result<Vec<(String, MemberFacts)>, ClusterCheckError> {
+        for e in endpoints {
+            if e.connection_url.is_none() {
+                return Err(ClusterCheckError::NotRegistered {
+                    server: e.server.clone(),
+                });
+            }
+        }
+        self.identity().await.map_err(ClusterCheckError::Identity)?;
+        let polled = self
+            .poll_with(endpoints, &BTreeMap::new(), &BTreeMap::new())
+            .await;
+        Ok(polled.into_iter().map(|p| (p.server, p.facts)).collect())
+    }
+
+    /// Polls every member for a tick of `run`, reading the operation of each step in flight.
+    pub async fn poll_run(&self, endpoints: &[IncusEndpoint], run: &RollingRun) -> Vec<IncusEndpointFacts> {
+        let operations: BTreeMap<String, String> = run
+            .servers
+            .iter()
+            .filter_map(|s| s.operation.clone().map(|op| (s.name.clone(), op)))
+            .collect();
+        let names: BTreeMap<String, String> = run
+            .servers
+            .iter()
+            .filter_map(|s| s.member_name.clone().map(|n| (s.name.clone(), n)))
+            .collect();
+        self.poll_with(endpoints, &operations, &names).await
+    }
+
+    async fn poll_with(
+        &self,
+        endpoints: &[IncusEndpoint],
+        operations: &BTreeMap<String, String>,
+        member_names: &BTreeMap<String, String>,
+    ) -> Vec<IncusEndpointFacts> {
+        let offers = self.catalog_offers().await;
+        let polls = endpoints
+            .iter()
+            .map(|e| self.poll_one(e, operations.get(&e.server)));
+        let mut out: Vec<IncusEndpointFacts> = futures::future::join_all(polls).await;
+        // A member that does not answer cannot report itself; the cluster's view of it is read from a member
+        // that does (Incus reports a member without heartbeats as Offline).
+        let asker = out.iter().find(|p| p.facts.reachable).map(|p| p.endpoint.clone());
+        for p in out.iter_mut().filter(|p| !p.facts.reachable) {
+            let Some(name) = member_names.get(&p.server).cloned() else {
+                continue;
+            };
+            p.facts.member_name = Some(name.clone());
+            if let Some(asker) = &asker
+                && let Ok(Some(client)) = self.client(asker).await
+                && let Ok(member) = client.member(&name).await
+            {
+                p.facts.status = Some(MemberStatus::parse(member.status.as_str()));
+            }
+        }
+        for p in &mut out {
+            let channel = p.facts.channel.clone().unwrap_or_default();
+            if let Some((version, apps)) = offers
+                .iter()
+                .find(|(_, channels, _)| channel.is_empty() || channels.contains(&channel))
+                .map(|(v, _, apps)| (v, apps))
+            {
+                p.facts.available_version = Some(version.clone());
+                for app in apps {
+                    p.facts
+                        .available_applications
+                        .insert(app.clone(), version.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// The published updates, newest first: version, channels, the applications they carry.
+    async fn catalog_offers(&self) -> Vec<(String, Vec<String>, Vec<String>)> {
+        let Ok(updates) = self.store.updates().await else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(updates.len());
+        for u in updates {
+            let apps = match self.store.update_files(u.uuid).await {
+                Ok(files) => files
+                    .into_iter()
+                    .filter(|f| f.component != "os")
+                    .map(|f| f.component)
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            out.push((u.version, u.channels, apps));
+        }
+        out
+    }
+
+    async fn poll_one(&self, endpoint: &IncusEndpoint, operation: Option<&String>) -> IncusEndpointFacts {
+        let mut facts = MemberFacts::default();
+        match self.client(endpoint).await {
+            Ok(Some(client)) => {
+                if let Err(e) = read_member(&client, &mut facts, operation).await {
+                    facts.reachable = false;
+                    facts.error = Some(error_text(&e));
+                } else {
+                    self.keep_pin(endpoint, &client).await;
+                }
+            }
+            Ok(None) => facts.error = Some("the server has not registered its Incus API".into()),
+            Err(e) => facts.error = Some(e.to_string()),
+        }
+        IncusEndpointFacts {
+            server: endpoint.server.clone(),
+            endpoint: endpoint.clone(),
+            facts,
+        }
+    }
+
+    /// Issues `step` on the member, carrying `fence`. Returns the Incus operation's URL for evacuate and
+    /// restore.
+    pub async fn act(
+        &self,
+        target: &IncusEndpointFacts,
+        step: RollingStep,
+        fence: i64,
+    ) -> Result<Option<String>, ActError> {
+        let client = match self.client(&target.endpoint).await {
+            Ok(Some(c)) => c.with_fence(Fence(fence)),
+            Ok(None) => {
+                return Err(ActError::NotRegistered {
+                    server: target.server.clone(),
+                });
+            }
+            Err(e) => return Err(ActError::Check(e)),
+        };
+        let member = || {
+            target
+                .facts
+                .member_name
+                .clone()
+                .ok_or_else(|| ActError::NoMemberName {
+                    server: target.server.clone(),
+                })
+        };
+        match step {
+            RollingStep::Evacuate => Ok(Some(client.evacuate(&member()?).await?.url)),
+            RollingStep::Restore => Ok(Some(client.restore(&member()?).await?.url)),
+            RollingStep::Reboot => client.reboot().await.map(|()| None).map_err(ActError::from),
+            RollingStep::Update => client.check_update().await.map(|()| None).map_err(ActError::from),
+        }
+    }
+}
+
+/// Why a trigger could not be issued.
+#[derive(Debug, thiserror::Error)]
+pub enum ActError {
+    #[error("server {server} has not registered its Incus API")]
+    NotRegistered { server: String },
+    #[error("server {server}: its cluster member name is not known (its API did not answer the last poll)")]
+    NoMemberName { server: String },
+    #[error(transparent)]
+    Check(ClusterCheckError),
+    #[error(transparent)]
+    Incus(#[from] racklift_incus::Error),
+}
+
+/// Reads one member's facts through its own API.
+async fn read_member(
+    client: &IncusClient,
+    facts: &mut MemberFacts,
+    operation: Option<&String>,
+) -> Result<(), racklift_incus::Error> {
+    let cluster = client.cluster().await?;
+    facts.member_name = Some(cluster.server_name.clone());
+    let member = client.member(&cluster.server_name).await?;
+    facts.status = Some(MemberStatus::parse(member.status.as_str()));
+    let os = client.os().await?;
+    facts.running_version = Some(os.environment.os_version.clone());
+    facts.staged_version = Some(
+        os.staged_version()
+            .unwrap_or(os.environment.os_version.as_str())
+            .to_owned(),
+    );
+    let update = client.update_state().await?;
+    facts.channel = update
+        .config
+        .get("channel")
+        .and_then(|c| c.as_str())
+        .map(str::to_owned);
+    facts.busy = match facts.status {
+        Some(MemberStatus::Evacuating) => Some("evacuating".into()),
+        Some(MemberStatus::Restoring) => Some("restoring".into()),
+        _ => None,
+    };
+    facts.applications = client
+        .applications()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, version)| (name, version.unwrap_or_default()))
+        .collect();
+    if let Some(url) = operation {
+        let id = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+        if let Ok(op) = client.operation(id).await
+            && op.status == OperationStatus::Failure
+        {
+            facts.operation_error = Some(if op.err.is_empty() {
+                "operation failed".into()
+            } else {
+                op.err
+            });
+        }
+    }
+    facts.reachable = true;
+    Ok(())
+}
+
+fn error_text(e: &racklift_incus::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
