@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use racklift_bmc_access::incus::ClusterCheckError;
 use racklift_deploy::rolling_run::{LaunchRefused, RollingRun, RunKind};
 use racklift_store::{NewCluster, OperationControl, StoreError};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -29,7 +29,7 @@ const MAX_MEMBERS: usize = 100;
 const MAX_POST_RESTORE_DELAY_SECS: u64 = 86_400;
 
 /// A cluster to create from registered servers that already form one Incus cluster.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterCreate {
     #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$", example = "rack1")]
@@ -39,11 +39,12 @@ pub struct ClusterCreate {
     pub servers: Vec<String>,
     /// Wait this long after a member's restore before the next member is evacuated (default: the config's).
     #[schema(maximum = 86400)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub post_restore_delay_secs: Option<u64>,
 }
 
 /// A rolling update: unrestricted, the OS update covers the applications too.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateRequest {
     /// Only the OS decides whether a server needs an update; applications stay on their version.
@@ -56,10 +57,11 @@ pub struct UpdateRequest {
 }
 
 /// Why an operator cancels, pauses or resumes; kept with the operation.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ControlRequest {
     #[schema(pattern = r"\S", max_length = 2000)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 

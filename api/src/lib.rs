@@ -49,6 +49,10 @@ pub use media::{MAX_RANGES, RangePlan, plan_ranges};
 #[doc(hidden)]
 pub mod fuzzing;
 
+/// The cluster requests and views, for clients (the CLI) that send and decode them.
+pub use clusters::{ClusterCreate, ControlRequest, UpdateRequest};
+pub use views::{ClusterOperationView, ClusterServerView, ClusterView};
+
 /// Settings of the media server.
 #[derive(Debug, Clone)]
 pub struct MediaConfig {

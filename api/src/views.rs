@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use racklift_store::{BmcAction, DeploymentRecord, ProvisioningToken, Role, Server, ServerStatus, Store};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -170,8 +170,9 @@ pub struct BmcActionAccepted {
     pub action: BmcAction,
 }
 
-/// A cluster as answered, with its operation in progress or, when none is, its last one.
-#[derive(Debug, Serialize, ToSchema)]
+/// A cluster as answered, with its operation in progress or, when none is, its last one. `Deserialize` too, so
+/// a client can decode the answers into this very type.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClusterView {
     pub name: String,
     /// In the order rolling operations take them.
@@ -197,16 +198,16 @@ impl ClusterView {
 }
 
 /// A cluster-wide operation: where it stands, `[k/N]`, and what the run decided about each server.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClusterOperationView {
     pub id: i64,
     /// `rolling_update` or `rolling_reboot`.
     #[schema(example = "rolling_reboot")]
-    pub operation: &'static str,
+    pub operation: String,
     pub status: racklift_store::OperationStatus,
     /// `update` (staging) or `restart` (one server at a time).
     #[schema(example = "restart")]
-    pub phase: &'static str,
+    pub phase: String,
     /// Servers done, of all: `[k/N]`.
     #[schema(example = "[2/5]")]
     pub progress: String,
@@ -236,7 +237,7 @@ pub struct ClusterOperationView {
 }
 
 /// One server's record in a run (spec 001's per-server update record).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClusterServerView {
     pub name: String,
     pub step: Option<String>,
@@ -290,12 +291,13 @@ impl ClusterOperationView {
         };
         ClusterOperationView {
             id: op.id,
-            operation: run.kind.operation(),
+            operation: run.kind.operation().to_owned(),
             status: op.status,
             phase: match run.phase {
                 Phase::Update => "update",
                 Phase::Restart => "restart",
-            },
+            }
+            .to_owned(),
             progress: format!("[{done}/{total}]"),
             done,
             total,

@@ -36,6 +36,9 @@ pub struct ClusterStepHandler {
 /// a lease indefinitely.
 const MAX_TRIGGERS_PER_LEASE: u32 = 10;
 
+/// How long a lease watches a rebooting server go down before leaving the rest to the polls.
+const REBOOT_WATCH_SECS: u64 = 120;
+
 /// What triage needs about a failed run: the dead letter's `operation`, `server` and `state` filter columns,
 /// and the rest for the detail view.
 #[derive(Debug, Serialize)]
@@ -203,6 +206,15 @@ impl ClusterStepHandler {
                             tracing::info!(cluster = %op.cluster, server = %server, step = step_name(step),
                                 fence = job.fence, duration_ms, "cluster step triggered");
                             s.operation = operation;
+                            if step == RollingStep::Reboot {
+                                let limit =
+                                    Duration::from_secs(cfg.reboot_timeout_secs.min(REBOOT_WATCH_SECS));
+                                let down = tokio::select! {
+                                    down = self.incus.watch_down(target, limit) => down,
+                                    _ = ctx.cancel.cancelled() => return Ok(Outcome::Finished),
+                                };
+                                s.went_down |= down;
+                            }
                         }
                         Err(e) => {
                             let text = crate::deploy_step::error_chain(&e);

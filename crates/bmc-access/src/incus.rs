@@ -325,6 +325,26 @@ impl IncusAccess {
     }
 }
 
+impl IncusAccess {
+    /// After a reboot was accepted: watches the server's own API closely until it stops answering (the reboot
+    /// has begun) or `limit` passes. A real server takes seconds to go down and minutes to come back, a poll
+    /// every tick could miss neither; a compressed simulation can go down and up between two ticks, so the
+    /// moment is caught here. `true` when it was seen down.
+    pub async fn watch_down(&self, target: &IncusEndpointFacts, limit: Duration) -> bool {
+        let Ok(Some(client)) = self.client(&target.endpoint).await else {
+            return false;
+        };
+        let deadline = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < deadline {
+            if client.os().await.is_err() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+}
+
 /// Why a trigger could not be issued.
 #[derive(Debug, thiserror::Error)]
 pub enum ActError {

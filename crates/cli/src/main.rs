@@ -23,6 +23,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod bmc_sim_cmd;
 mod bulk;
 mod catalog_cmd;
+mod cluster_cmd;
 mod deploy_cmd;
 mod image_cmd;
 mod media_cmd;
@@ -77,6 +78,9 @@ enum Command {
     Image(image_cmd::Args),
     /// Publish IncusOS updates (files inside the API's images directory) that installed servers fetch.
     Update(update_cmd::Args),
+    /// Clusters of registered servers through a running API: create, list, show, delete; rolling update and
+    /// reboot (optionally waiting), and cancel, pause or resume the operation in progress.
+    Cluster(cluster_cmd::Args),
     /// Create and list provisioning tokens (what installed servers register with) through a running API.
     ProvisioningToken(catalog_cmd::TokenArgs),
     /// Create and list a provisioning token's seeds (install configurations) through a running API.
@@ -129,6 +133,7 @@ fn run() -> anyhow::Result<()> {
         Command::Server(args) => runtime()?.block_on(server_cmd::run(args)),
         Command::Image(args) => runtime()?.block_on(image_cmd::run(args)),
         Command::Update(args) => runtime()?.block_on(update_cmd::run(args)),
+        Command::Cluster(args) => runtime()?.block_on(cluster_cmd::run(args)),
         Command::ProvisioningToken(args) => runtime()?.block_on(catalog_cmd::token(args)),
         Command::Seed(args) => runtime()?.block_on(catalog_cmd::seed(args)),
         Command::BiosProfile(args) => runtime()?.block_on(catalog_cmd::bios_profile(args)),

@@ -100,6 +100,16 @@ fn every_key_changed() -> Settings {
     d.secure_boot_call_timeout_secs = 42;
     d.bmc_data_refresh_timeout_secs = 43;
     d.media_max_ranges = 44;
+    let r = &mut d.rolling;
+    r.step_retries = 45;
+    r.update_timeout_secs = 46;
+    r.evacuate_timeout_secs = 47;
+    r.reboot_timeout_secs = 48;
+    r.restore_timeout_secs = 49;
+    r.post_restore_delay_secs = 50;
+    r.poll_interval_secs = 51;
+    r.health_gate_timeout_secs = 52;
+    r.incus_call_timeout_secs = 53;
     s
 }
 

@@ -12,6 +12,15 @@ fn touch_every_metric() {
     m.queue_oldest_due.with_label_values(&["t.kind"]).set(2.0);
     m.dead_letters_open.with_label_values(&["t.kind"]).set(0.0);
     m.deployments.with_label_values(&["Completed"]).set(3.0);
+    m.cluster_operations
+        .with_label_values(&["rolling_reboot", "running"])
+        .set(1.0);
+    m.cluster_servers_done
+        .with_label_values(&["c1", "rolling_reboot"])
+        .set(2.0);
+    m.cluster_step_duration
+        .with_label_values(&["evacuate"])
+        .observe(0.4);
     m.queue_leases.with_label_values(&["t.kind"]).inc();
     m.queue_lease_lost.with_label_values(&["t.kind"]).inc();
     m.queue_fence_rejections.with_label_values(&["t.kind"]).inc();
@@ -47,6 +56,9 @@ fn every_fixed_name_renders_with_its_labels() {
         "racklift_queue_jobs{kind=\"t.kind\",state=\"queued\"} 1\n",
         "racklift_queue_oldest_due_seconds{kind=\"t.kind\"} 2\n",
         "racklift_deployments{state=\"Completed\"} 3\n",
+        "racklift_cluster_operations{operation=\"rolling_reboot\",status=\"running\"} 1\n",
+        "racklift_cluster_servers_done{cluster=\"c1\",operation=\"rolling_reboot\"} 2\n",
+        "racklift_cluster_step_duration_seconds_count{step=\"evacuate\"} ",
         "racklift_dead_letters_opened_total{error_class=\"bmc_timeout\",kind=\"t.kind\"} ",
         "racklift_job_duration_seconds_bucket{kind=\"t.kind\",outcome=\"complete\",le=\"0.25\"} ",
         "racklift_deploy_step_duration_seconds_count{state=\"PowerOff\"} ",

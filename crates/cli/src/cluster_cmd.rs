@@ -1,0 +1,678 @@
+//! `racklift cluster …`: clusters of registered servers and their cluster-wide operations through a running
+//! API: create, list, show and delete clusters; start a rolling update or reboot; cancel, pause and resume
+//! the operation in progress. Each verb is one API call; `--wait` then follows the operation until it stops
+//! running.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use racklift_api::{
+    ClusterCreate, ClusterOperationView, ClusterServerView, ClusterView, ControlRequest, UpdateRequest,
+};
+use racklift_store::OperationStatus;
+use serde_json::Value;
+
+use crate::client::{ApiArgs, Client, ClientError, decode};
+use crate::output::{key_values, print_json, table, truncate};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    api: ApiArgs,
+    #[command(subcommand)]
+    command: ClusterCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum ClusterCommand {
+    /// Create a cluster from registered servers that already form one Incus cluster (admin).
+    Create {
+        /// The cluster's name: lower-case letters, digits, '.', '_', '-'.
+        name: String,
+        /// A registered server, given once per member in the order rolling operations take them.
+        #[arg(long = "server", value_name = "SERVER", required = true)]
+        servers: Vec<String>,
+        /// How long to wait after a member's restore before the next member is evacuated, in whole seconds,
+        /// e.g. 30s or 5m (default: the API's configured delay).
+        #[arg(long, value_name = "DURATION", value_parser = whole_seconds)]
+        post_restore_delay: Option<u64>,
+        /// Print the API's JSON instead of key: value lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the clusters with their operation in progress (or their last one).
+    List {
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a cluster, its operation in progress (or its last one) and each server's record in it.
+    Show {
+        /// The cluster's name.
+        name: String,
+        /// Print the API's JSON instead of key: value lines and a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a cluster on which no operation runs; its servers stay registered (admin).
+    Delete {
+        /// The cluster's name.
+        name: String,
+        /// Print the API's answer (`null`: it has no body) instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a rolling update: stage what the servers need, then restart them one at a time.
+    Update {
+        /// The cluster's name.
+        name: String,
+        /// Only the OS decides whether a server needs an update; applications stay on their version.
+        #[arg(long, conflicts_with = "applications")]
+        os_only: bool,
+        /// Only this application decides (given once per application); servers without any are skipped.
+        #[arg(long = "application", value_name = "APP")]
+        applications: Vec<String>,
+        /// Makes a retried request answer with the operation it started instead of "operation running".
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+        #[command(flatten)]
+        wait: WaitArgs,
+        /// Print the API's JSON instead of a sentence.
+        #[arg(long, conflicts_with = "wait")]
+        json: bool,
+    },
+    /// Start a rolling reboot of every server, one at a time (every server must be idle).
+    Reboot {
+        /// The cluster's name.
+        name: String,
+        /// Makes a retried request answer with the operation it started instead of "operation running".
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+        #[command(flatten)]
+        wait: WaitArgs,
+        /// Print the API's JSON instead of a sentence.
+        #[arg(long, conflicts_with = "wait")]
+        json: bool,
+    },
+    /// Cancel the operation in progress: the server being worked on is restored, the others left as they are.
+    Cancel {
+        /// The cluster's name.
+        name: String,
+        /// Why, kept with the operation.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        #[command(flatten)]
+        wait: WaitArgs,
+        /// Print the API's JSON instead of a sentence.
+        #[arg(long, conflicts_with = "wait")]
+        json: bool,
+    },
+    /// Pause the operation in progress once the step in flight is done; resume goes on from there.
+    Pause {
+        /// The cluster's name.
+        name: String,
+        /// Why, kept with the operation.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// Print the API's JSON instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resume a paused operation (paused by an operator or by the health gate).
+    Resume {
+        /// The cluster's name.
+        name: String,
+        /// Why, kept with the operation.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// Print the API's JSON instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--wait` and its poll interval; flattened into the verbs that start or end an operation.
+#[derive(clap::Args)]
+struct WaitArgs {
+    /// Follow the operation until it is no longer running; exit 0 only if it completed or was canceled (a
+    /// failed or paused operation exits non-zero with its reason).
+    #[arg(long)]
+    wait: bool,
+    /// How often --wait reads the cluster again, e.g. 2s or 500ms.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "2s",
+        value_parser = poll_interval,
+        requires = "wait"
+    )]
+    poll: Duration,
+}
+
+/// A humantime duration in whole seconds, as the API takes `post_restore_delay_secs`: a fraction would be cut
+/// off silently otherwise.
+fn whole_seconds(s: &str) -> Result<u64, String> {
+    let d =
+        humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 30s or 5m: {e}"))?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!("{s:?} is not a whole number of seconds"));
+    }
+    Ok(d.as_secs())
+}
+
+/// A humantime duration above zero: a zero interval would poll the API in a tight loop.
+fn poll_interval(s: &str) -> Result<Duration, String> {
+    let d =
+        humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration like 2s or 500ms: {e}"))?;
+    if d.is_zero() {
+        return Err("the poll interval must be above zero".to_owned());
+    }
+    Ok(d)
+}
+
+// --- what the API answers -----------------------------------------------------------------------------------------
+
+// These mirror the API's views of the same names (`api/src/views.rs`), reduced to the fields shown here: the
+// API crate keeps its `views` module private, so the CLI cannot name those types. Unknown fields are ignored,
+// so an API answering more still decodes.
+
+// --- the verbs ----------------------------------------------------------------------------------------------------
+
+const CLUSTERS: &str = "/1.0/provisioning/clusters";
+
+/// Cluster names go into the path unescaped: the API restricts them to characters that need no escaping.
+fn cluster_path(name: &str) -> String {
+    format!("{CLUSTERS}/{name}")
+}
+
+/// What a verb asks of the cluster's operation, and how its answer is reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Update,
+    Reboot,
+    Cancel,
+    Pause,
+    Resume,
+}
+
+impl Action {
+    /// The action segment of the path: `…/{name}:{segment}`.
+    fn segment(self) -> &'static str {
+        match self {
+            Action::Update => "update",
+            Action::Reboot => "reboot",
+            Action::Cancel => "cancel-operation",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+        }
+    }
+
+    /// How the accepted request reads: "started", "cancel requested for", …
+    fn done(self) -> &'static str {
+        match self {
+            Action::Update | Action::Reboot => "started",
+            Action::Cancel => "cancel requested for",
+            Action::Pause => "pause requested for",
+            Action::Resume => "resumed",
+        }
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let client = args.api.client()?;
+    match args.command {
+        ClusterCommand::Create {
+            name,
+            servers,
+            post_restore_delay,
+            json,
+        } => {
+            let body = ClusterCreate {
+                name,
+                servers,
+                post_restore_delay_secs: post_restore_delay,
+            };
+            let answer = client
+                .post(CLUSTERS, &serde_json::to_value(&body)?, |r| r)
+                .await?;
+            if json {
+                return print_json(&answer);
+            }
+            print!("{}", key_values(&cluster_lines(&decode(&answer)?)));
+            Ok(())
+        }
+        ClusterCommand::List { json } => list(&client, json).await,
+        ClusterCommand::Show { name, json } => show(&client, &name, json).await,
+        ClusterCommand::Delete { name, json } => {
+            let answer = client.delete(&cluster_path(&name)).await?;
+            if json {
+                return print_json(&answer);
+            }
+            println!("cluster {name}: deleted");
+            Ok(())
+        }
+        ClusterCommand::Update {
+            name,
+            os_only,
+            applications,
+            idempotency_key,
+            wait,
+            json,
+        } => {
+            let body = serde_json::to_value(UpdateRequest {
+                os_only,
+                applications,
+            })?;
+            let request = Request {
+                action: Action::Update,
+                body,
+                idempotency_key,
+            };
+            act(&client, &name, request, Some(wait), json).await
+        }
+        ClusterCommand::Reboot {
+            name,
+            idempotency_key,
+            wait,
+            json,
+        } => {
+            let request = Request {
+                action: Action::Reboot,
+                body: serde_json::json!({}),
+                idempotency_key,
+            };
+            act(&client, &name, request, Some(wait), json).await
+        }
+        ClusterCommand::Cancel {
+            name,
+            reason,
+            wait,
+            json,
+        } => {
+            let request = Request::control(Action::Cancel, reason)?;
+            act(&client, &name, request, Some(wait), json).await
+        }
+        ClusterCommand::Pause { name, reason, json } => {
+            let request = Request::control(Action::Pause, reason)?;
+            act(&client, &name, request, None, json).await
+        }
+        ClusterCommand::Resume { name, reason, json } => {
+            let request = Request::control(Action::Resume, reason)?;
+            act(&client, &name, request, None, json).await
+        }
+    }
+}
+
+/// One `POST …/{name}:{action}`.
+struct Request {
+    action: Action,
+    body: Value,
+    idempotency_key: Option<String>,
+}
+
+impl Request {
+    /// A cancel, pause or resume, with its reason when given (an empty one is refused before it is sent).
+    fn control(action: Action, reason: Option<String>) -> anyhow::Result<Request> {
+        if let Some(reason) = &reason
+            && reason.trim().is_empty()
+        {
+            bail!("--reason is empty: say why, or leave it out");
+        }
+        Ok(Request {
+            action,
+            body: serde_json::to_value(ControlRequest { reason })?,
+            idempotency_key: None,
+        })
+    }
+}
+
+/// Sends the action, reports the operation it answers with and, when asked, follows it.
+async fn act(
+    client: &Client,
+    name: &str,
+    request: Request,
+    wait: Option<WaitArgs>,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let path = format!("{}:{}", cluster_path(name), request.action.segment());
+    let key = request.idempotency_key;
+    let answer = client
+        .post(&path, &request.body, |r| match key {
+            Some(key) => r.header("Idempotency-Key", key),
+            None => r,
+        })
+        .await?;
+    if as_json {
+        return print_json(&answer);
+    }
+    let cluster: ClusterView = decode(&answer)?;
+    let Some(op) = &cluster.operation else {
+        bail!("{name}: the API answered without the operation");
+    };
+    println!("{}", accepted_line(name, request.action, op));
+    match wait {
+        Some(wait) if wait.wait => follow(client, name, op, wait.poll).await,
+        _ => {
+            println!("follow it with: racklift cluster show {name}");
+            Ok(())
+        }
+    }
+}
+
+/// The line an accepted action is reported with: `rack1: rolling_update 7 started: [1/3] Updating servers`.
+fn accepted_line(name: &str, action: Action, op: &ClusterOperationView) -> String {
+    format!(
+        "{name}: {} {} {}: {}",
+        action.done(),
+        op.operation,
+        op.id,
+        progress_line(op)
+    )
+}
+
+/// The live line of an operation: its `[k/N]` description, with what was asked of it and not done yet.
+fn progress_line(op: &ClusterOperationView) -> String {
+    let mut line = if op.status_description.starts_with('[') {
+        op.status_description.clone()
+    } else {
+        format!("{} {}", op.progress, op.status_description)
+    };
+    if op.status == OperationStatus::Running {
+        if op.cancel_requested {
+            line.push_str(" (cancel requested)");
+        } else if op.pause_requested {
+            line.push_str(" (pause requested)");
+        }
+    }
+    line
+}
+
+/// How a finished wait ends the process: zero for a completed or canceled operation, an error naming the
+/// reason for a failed or paused one. `None` while it still runs.
+fn verdict(name: &str, op: &ClusterOperationView) -> Option<Result<(), String>> {
+    let reason = || {
+        let mut why = op
+            .status_reason
+            .clone()
+            .or_else(|| op.last_error.clone())
+            .unwrap_or_else(|| "no reason recorded".to_owned());
+        match (&op.failed_server, &op.failed_step) {
+            (Some(server), Some(step)) => why.push_str(&format!(" (server {server}, step {step})")),
+            (Some(server), None) => why.push_str(&format!(" (server {server})")),
+            _ => {}
+        }
+        why
+    };
+    let (id, progress) = (op.id, &op.progress);
+    match op.status {
+        OperationStatus::Running => None,
+        OperationStatus::Completed | OperationStatus::Canceled => Some(Ok(())),
+        OperationStatus::Failed => Some(Err(format!(
+            "{name}: operation {id} failed at {progress}: {}",
+            reason()
+        ))),
+        OperationStatus::Paused => Some(Err(format!(
+            "{name}: operation {id} paused at {progress}: {}; resume it with: racklift cluster resume {name}",
+            reason()
+        ))),
+    }
+}
+
+/// Where the live line goes: redrawn in place on a terminal, a plain line per change otherwise (a pipe, a CI
+/// log).
+enum Progress {
+    Bar(ProgressBar),
+    Lines { last: Option<String>, started: Instant },
+}
+
+impl Progress {
+    /// Starts at `first`, the line already printed for the accepted request.
+    fn new(name: &str, first: String) -> anyhow::Result<Progress> {
+        if !std::io::stdout().is_terminal() {
+            return Ok(Progress::Lines {
+                last: Some(first),
+                started: Instant::now(),
+            });
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stdout())
+            .with_style(ProgressStyle::with_template(
+                "{spinner} {prefix} [{elapsed_precise}] {wide_msg}",
+            )?)
+            .with_prefix(name.to_owned())
+            .with_message(first);
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Ok(Progress::Bar(bar))
+    }
+
+    fn show(&mut self, name: &str, line: String) {
+        match self {
+            Progress::Bar(bar) => bar.set_message(line),
+            Progress::Lines { last, started } => {
+                if last.as_ref() != Some(&line) {
+                    println!("{} {name}: {line}", clock(started.elapsed()));
+                    *last = Some(line);
+                }
+            }
+        }
+    }
+
+    fn finish(self) {
+        if let Progress::Bar(bar) = self {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn abandon(self) {
+        if let Progress::Bar(bar) = self {
+            bar.abandon();
+        }
+    }
+}
+
+/// `m:ss`, as `racklift up --demo` stamps its plain lines.
+fn clock(d: Duration) -> String {
+    let s = d.as_secs();
+    format!("{}:{:02}", s / 60, s % 60)
+}
+
+/// Reads the cluster every `poll` until operation `started` is no longer running (a paused one ends the wait
+/// too); Ctrl-C stops only the watching, the operation goes on. An unreachable API is retried so an API
+/// restart does not end the wait; any other error does.
+async fn follow(
+    client: &Client,
+    name: &str,
+    started: &ClusterOperationView,
+    poll: Duration,
+) -> anyhow::Result<()> {
+    let (id, since) = (started.id, Instant::now());
+    let mut progress = Progress::new(name, progress_line(started))?;
+    let op = loop {
+        match client.get(&cluster_path(name)).await {
+            Ok(answer) => {
+                let cluster: ClusterView = match decode(&answer) {
+                    Ok(cluster) => cluster,
+                    Err(e) => {
+                        progress.abandon();
+                        return Err(e);
+                    }
+                };
+                let Some(op) = cluster.operation.filter(|op| op.id == id) else {
+                    progress.abandon();
+                    bail!(
+                        "{name}: operation {id} is no longer the latest; see: racklift cluster show {name}"
+                    );
+                };
+                if op.status != OperationStatus::Running {
+                    break op;
+                }
+                progress.show(name, progress_line(&op));
+            }
+            Err(ClientError::Unreachable(e)) => progress.show(name, format!("{e:#}; retrying")),
+            Err(e) => {
+                progress.abandon();
+                return Err(e.into());
+            }
+        }
+        tokio::time::sleep(poll).await;
+    };
+    progress.finish();
+    println!(
+        "{name}: operation {id} ({}) ended {} after {}: {}",
+        op.operation,
+        op.status.as_str(),
+        HumanDuration(since.elapsed()),
+        progress_line(&op)
+    );
+    match verdict(name, &op) {
+        Some(Err(why)) => bail!(why),
+        _ => Ok(()),
+    }
+}
+
+async fn list(client: &Client, as_json: bool) -> anyhow::Result<()> {
+    let clusters = client.get(CLUSTERS).await?;
+    if as_json {
+        return print_json(&clusters);
+    }
+    let rows: Vec<[String; 5]> = decode::<Vec<ClusterView>>(&clusters)?
+        .into_iter()
+        .map(|c| {
+            let servers = c.servers.len().to_string();
+            match c.operation {
+                Some(op) => [
+                    c.name,
+                    servers,
+                    format!("{} {}", op.operation, op.id),
+                    op.status.as_str().to_owned(),
+                    truncate(&progress_line(&op), 64),
+                ],
+                None => [c.name, servers, "-".into(), "-".into(), "-".into()],
+            }
+        })
+        .collect();
+    print!(
+        "{}",
+        table(["NAME", "SERVERS", "OPERATION", "STATUS", "PROGRESS"], &rows)
+    );
+    Ok(())
+}
+
+async fn show(client: &Client, name: &str, as_json: bool) -> anyhow::Result<()> {
+    let answer = client.get(&cluster_path(name)).await?;
+    if as_json {
+        return print_json(&answer);
+    }
+    let cluster: ClusterView = decode(&answer)?;
+    let mut lines = cluster_lines(&cluster);
+    let Some(op) = &cluster.operation else {
+        lines.push(("operation", "none".to_owned()));
+        print!("{}", key_values(&lines));
+        return Ok(());
+    };
+    lines.extend(operation_lines(op));
+    print!("{}", key_values(&lines));
+    println!();
+    print!("{}", server_table(&op.servers));
+    Ok(())
+}
+
+/// The cluster's own lines, as `create` and `show` print them.
+fn cluster_lines(c: &ClusterView) -> Vec<(&'static str, String)> {
+    let delay = match c.post_restore_delay_secs {
+        Some(secs) => humantime::format_duration(Duration::from_secs(secs)).to_string(),
+        None => "default".to_owned(),
+    };
+    vec![
+        ("name", c.name.clone()),
+        ("servers", list_or_dash(&c.servers)),
+        ("post restore delay", delay),
+        ("created", c.created_at.to_rfc3339()),
+    ]
+}
+
+/// The operation's lines of `show`.
+fn operation_lines(op: &ClusterOperationView) -> Vec<(&'static str, String)> {
+    let restricted_to = if op.os_only {
+        "the OS".to_owned()
+    } else if !op.applications.is_empty() {
+        op.applications.join(", ")
+    } else {
+        "-".to_owned()
+    };
+    vec![
+        ("operation", format!("{} {}", op.operation, op.id)),
+        ("status", op.status.as_str().to_owned()),
+        ("phase", op.phase.clone()),
+        ("progress", op.progress.clone()),
+        ("status description", progress_line(op)),
+        ("current server", or_dash(&op.current_server)),
+        ("current step", or_dash(&op.current_step)),
+        ("pending reboot", list_or_dash(&op.pending_reboot)),
+        ("restricted to", restricted_to),
+        ("status reason", or_dash(&op.status_reason)),
+        ("failed server", or_dash(&op.failed_server)),
+        ("failed step", or_dash(&op.failed_step)),
+        ("first error", or_dash(&op.first_error)),
+        ("last error", or_dash(&op.last_error)),
+        ("requested by", op.requested_by.clone()),
+        ("started", op.created_at.to_rfc3339()),
+        ("updated", op.updated_at.to_rfc3339()),
+        (
+            "finished",
+            op.finished_at.map_or("-".to_owned(), |t| t.to_rfc3339()),
+        ),
+    ]
+}
+
+/// The servers' records in the run, in the order it takes them.
+fn server_table(servers: &[ClusterServerView]) -> String {
+    let yes_no = |b: bool| if b { "yes" } else { "no" }.to_owned();
+    let rows: Vec<[String; 7]> = servers
+        .iter()
+        .map(|s| {
+            [
+                s.name.clone(),
+                or_dash(&s.step),
+                s.attempts.to_string(),
+                yes_no(s.reboot_pending),
+                yes_no(s.kept_evacuated),
+                yes_no(s.done),
+                truncate(&or_dash(&s.last_error), 48),
+            ]
+        })
+        .collect();
+    table(
+        [
+            "SERVER",
+            "STEP",
+            "ATTEMPTS",
+            "REBOOT PENDING",
+            "KEPT EVACUATED",
+            "DONE",
+            "LAST ERROR",
+        ],
+        &rows,
+    )
+}
+
+/// `-` for an absent or empty text, as the other tables show it.
+fn or_dash(s: &Option<String>) -> String {
+    match s.as_deref() {
+        None | Some("") => "-".to_owned(),
+        Some(s) => s.to_owned(),
+    }
+}
+
+/// Names separated by `, `; `-` when there are none.
+fn list_or_dash(names: &[String]) -> String {
+    if names.is_empty() {
+        "-".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests;
