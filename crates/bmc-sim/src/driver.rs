@@ -57,6 +57,7 @@ pub fn power_off(bmc: &Arc<Bmc>, m: &mut Machine) {
     m.boot_gen += 1;
     m.power = Power::PoweringOff;
     m.phase = OsPhase::Down;
+    m.os.interrupted(bmc.shared.clock.now());
     m.boot_state = "None";
     let generation = m.boot_gen;
     let bmc = bmc.clone();
@@ -81,6 +82,7 @@ pub fn restart(bmc: &Arc<Bmc>, m: &mut Machine) {
     m.power = Power::On;
     // The reset takes the running OS down at once (its Incus port closes connections from now on).
     m.phase = OsPhase::Down;
+    m.os.interrupted(bmc.shared.clock.now());
     let generation = m.boot_gen;
     let bmc = bmc.clone();
     tokio::spawn(async move {

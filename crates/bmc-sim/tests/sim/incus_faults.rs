@@ -133,10 +133,19 @@ async fn a_hanging_evacuation_runs_until_a_restore_and_the_wait_is_bounded_by_it
     assert_eq!(status, StatusCode::ACCEPTED);
     let op = body["operation"].as_str().unwrap().to_owned();
     let started = std::time::Instant::now();
-    let (_, waited) = get(&http, &sim, 0, &format!("{op}/wait?timeout=1")).await;
+    let wait = format!("{op}/wait?timeout=1");
+    let (a, b, c) = futures::join!(
+        get(&http, &sim, 0, &wait),
+        get(&http, &sim, 0, &wait),
+        get(&http, &sim, 0, &wait)
+    );
     assert!(started.elapsed() >= Duration::from_millis(900));
-    assert_eq!(waited["metadata"]["status"], "Running");
-    assert_eq!(waited["metadata"]["status_code"], 103);
+    for (_, waited) in [a, b, c] {
+        assert_eq!(waited["metadata"]["status"], "Running");
+        assert_eq!(waited["metadata"]["status_code"], 103);
+    }
+    // Three requests in flight at once on member 0's API.
+    assert!(sim.incus_audit(0).max_concurrent >= 3, "{:?}", sim.incus_audit(0));
     // Seen from the member itself too: the operation belongs to it.
     let (_, own) = get(&operator.client(&sim, 1), &sim, 1, &op).await;
     assert_eq!(own["metadata"]["status"], "Running");
