@@ -214,11 +214,28 @@ async fn a_registered_server_fetches_verifies_and_stages_a_published_update() {
 
     // The simulated IncusOS, by its certificate: stages the version after checking every file.
     let sim = registered_server(&api).await;
-    assert_eq!(check(&api, &sim).await, 200, "{}", os_update_state(&api, &sim).await);
+    assert_eq!(
+        check(&api, &sim).await,
+        200,
+        "{}",
+        os_update_state(&api, &sim).await
+    );
     let state = os_update_state(&api, &sim).await;
     assert_eq!(state["needs_reboot"], true, "{state}");
     assert_eq!(state["status"], format!("Update {VERSION} staged"), "{state}");
     assert_eq!(sim.truth(0)["os"]["staged_version"], VERSION);
+    // The update's `incus` file stages the application too (applied at the reboot or its restart).
+    let app: Value = incus_client(&api)
+        .await
+        .get(format!("{}/os/1.0/applications/incus", incus_url(&sim)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let available = app["metadata"]["state"]["available_versions"].clone();
+    assert_eq!(available[1], VERSION, "{app}");
 }
 
 #[tokio::test]
