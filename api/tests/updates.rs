@@ -83,7 +83,16 @@ async fn registered_server(api: &Api) -> SimHandle {
         Sim::start(SimConfig::new(1, PersonalityChoice::Single(Personality::Generic)).with_time_scale(0.001))
             .await
             .expect("simulator");
-    let seed = SeedFiles::for_deployment(&SeedConfig::default(), &manager(api), "stable")
+    // Incus trusts racklift's client certificate through the seed's preseed (the server does not register here).
+    let identity = api.store.client_identity().await.expect("racklift's identity");
+    let preseed = json!({"certificates": [
+        {"name": "racklift", "type": "client", "certificate": identity.certificate_pem}
+    ]});
+    let config = SeedConfig {
+        incus_preseed: preseed.as_object().cloned(),
+        ..SeedConfig::default()
+    };
+    let seed = SeedFiles::for_deployment(&config, &manager(api), "stable")
         .archive()
         .expect("a seed archive");
     sim.boot_installed(0, &seed.bytes).expect("the seed parses");
@@ -107,19 +116,35 @@ async fn registered_server(api: &Api) -> SimHandle {
     sim
 }
 
-async fn os_update_state(sim: &SimHandle) -> Value {
-    let http = reqwest::Client::new();
+/// A client of the servers' Incus APIs presenting racklift's client identity (mutual TLS).
+async fn incus_client(api: &Api) -> reqwest::Client {
+    let identity = api.store.client_identity().await.expect("racklift's identity");
+    let pem = format!("{}{}", identity.key_pem, identity.certificate_pem);
+    reqwest::Client::builder()
+        .identity(reqwest::Identity::from_pem(pem.as_bytes()).expect("identity"))
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .expect("client")
+}
+
+fn incus_url(sim: &SimHandle) -> String {
+    sim.incus_url(0).expect("Incus runs")
+}
+
+async fn os_update_state(api: &Api, sim: &SimHandle) -> Value {
+    let http = incus_client(api).await;
     let r = http
-        .get(format!("{}/os/1.0/system/update", sim.incus_url(0)))
+        .get(format!("{}/os/1.0/system/update", incus_url(sim)))
         .send()
         .await
         .unwrap();
     r.json::<Value>().await.unwrap()["metadata"]["state"].clone()
 }
 
-async fn check(sim: &SimHandle) -> u16 {
-    reqwest::Client::new()
-        .post(format!("{}/os/1.0/system/update/:check", sim.incus_url(0)))
+async fn check(api: &Api, sim: &SimHandle) -> u16 {
+    incus_client(api)
+        .await
+        .post(format!("{}/os/1.0/system/update/:check", incus_url(sim)))
         .send()
         .await
         .unwrap()
@@ -189,11 +214,28 @@ async fn a_registered_server_fetches_verifies_and_stages_a_published_update() {
 
     // The simulated IncusOS, by its certificate: stages the version after checking every file.
     let sim = registered_server(&api).await;
-    assert_eq!(check(&sim).await, 200, "{}", os_update_state(&sim).await);
-    let state = os_update_state(&sim).await;
+    assert_eq!(
+        check(&api, &sim).await,
+        200,
+        "{}",
+        os_update_state(&api, &sim).await
+    );
+    let state = os_update_state(&api, &sim).await;
     assert_eq!(state["needs_reboot"], true, "{state}");
     assert_eq!(state["status"], format!("Update {VERSION} staged"), "{state}");
     assert_eq!(sim.truth(0)["os"]["staged_version"], VERSION);
+    // The update's `incus` file stages the application too (applied at the reboot or its restart).
+    let app: Value = incus_client(&api)
+        .await
+        .get(format!("{}/os/1.0/applications/incus", incus_url(&sim)))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let available = app["metadata"]["state"]["available_versions"].clone();
+    assert_eq!(available[1], VERSION, "{app}");
 }
 
 #[tokio::test]
@@ -205,8 +247,8 @@ async fn a_tampered_file_is_refused_by_the_simulator_and_nothing_is_staged() {
     data[100] ^= 0xff;
     std::fs::write(&paths[1], &data).unwrap();
     let sim = registered_server(&api).await;
-    assert_eq!(check(&sim).await, 500);
-    let state = os_update_state(&sim).await;
+    assert_eq!(check(&api, &sim).await, 500);
+    let state = os_update_state(&api, &sim).await;
     assert_eq!(state["needs_reboot"], false, "{state}");
     let status = state["status"].as_str().unwrap_or_default();
     assert!(

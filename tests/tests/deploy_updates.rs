@@ -68,8 +68,14 @@ async fn a_deployed_server_stages_a_published_update_through_its_registered_cert
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap_or_default());
 
     // The installed OS checks, as `POST /os/1.0/system/update/:check` makes it.
-    let http = reqwest::Client::new();
-    let incus = rack.sim.incus_url(0);
+    // racklift's client identity, which the server trusts since its registration (mutual TLS).
+    let pem = format!("{}{}", identity.key_pem, identity.certificate_pem);
+    let http = reqwest::Client::builder()
+        .identity(reqwest::Identity::from_pem(pem.as_bytes()).expect("identity"))
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .expect("client");
+    let incus = rack.sim.incus_url(0).expect("Incus runs");
     let checked = http
         .post(format!("{incus}/os/1.0/system/update/:check"))
         .send()

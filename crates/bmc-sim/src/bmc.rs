@@ -3,10 +3,11 @@
 //! there is no lock shared between BMCs, so 1,000 BMCs do not contend.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
 
 use crate::audit::Audit;
 use crate::clock::Clock;
@@ -15,6 +16,7 @@ use crate::faults::Faults;
 use crate::machine::Machine;
 use crate::profile::Profile;
 use crate::routes::RouteTable;
+use crate::server::Fleet;
 
 /// State shared by every BMC of a simulator.
 pub struct Shared {
@@ -26,8 +28,18 @@ pub struct Shared {
     pub basic_auth: String,
     pub username: String,
     pub password: String,
-    /// `http(s)://addr`, for absolute URLs (the Incus API's `connection_url` in the registration).
+    /// `http(s)://addr`, for absolute URLs.
     pub base_url: String,
+    /// Stops every listener and machine task.
+    pub cancel: CancellationToken,
+    /// The fleet, set once it is built: the servers' Incus listeners answer for their cluster.
+    pub fleet: OnceLock<Weak<Fleet>>,
+}
+
+impl Shared {
+    pub fn fleet(&self) -> Option<Arc<Fleet>> {
+        self.fleet.get().and_then(Weak::upgrade)
+    }
 }
 
 /// When a task completes.
@@ -114,6 +126,10 @@ pub struct Bmc {
     pub tasks: Mutex<Tasks>,
     pub sessions: Mutex<Sessions>,
     pub audit: Audit,
+    /// The Incus API's audit: requests in flight, fencing of its mutations.
+    pub incus_audit: Audit,
+    /// The server's Incus port, bound when its Incus first starts and kept for the machine's life.
+    pub incus_port: Mutex<Option<u16>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -143,6 +159,8 @@ impl Bmc {
             tasks: Mutex::new(Tasks::default()),
             sessions: Mutex::new(Sessions::default()),
             audit: Audit::default(),
+            incus_audit: Audit::default(),
+            incus_port: Mutex::new(None),
         }
     }
 
@@ -160,6 +178,15 @@ impl Bmc {
 
     pub fn sessions(&self) -> MutexGuard<'_, Sessions> {
         lock(&self.sessions)
+    }
+
+    pub fn incus_port(&self) -> MutexGuard<'_, Option<u16>> {
+        lock(&self.incus_port)
+    }
+
+    /// `https://127.0.0.1:<port>` of the server's Incus API, once it has started.
+    pub fn incus_url(&self) -> Option<String> {
+        self.incus_port().map(|p| format!("https://127.0.0.1:{p}"))
     }
 
     /// A simulated BMC reset: task monitors and sessions are gone.

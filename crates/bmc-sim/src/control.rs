@@ -4,12 +4,16 @@
 //!
 //! | Method | Path | Body / answer |
 //! |---|---|---|
-//! | GET | `/control/servers` | `[{name, personality, bmc_url, incus_url}]` |
+//! | GET | `/control/servers` | `[{name, index, personality, bmc_url, incus_url, serial, uuid}]` (`incus_url` null until Incus starts) |
 //! | GET | `/control/audit` | fleet summary: max concurrency, stale mutations |
 //! | GET | `/control/servers/<name>/truth` | power, boot progress, installed, registered, media bytes read, boot count, … |
 //! | GET, DELETE | `/control/servers/<name>/audit` | [`AuditReport`](crate::AuditReport); DELETE resets it |
 //! | GET, PUT, DELETE | `/control/servers/<name>/faults` | [`Faults`] (PUT replaces, DELETE clears) |
 //! | POST | `/control/servers/<name>/bmc-reset` | forget task monitors and sessions |
+//! | GET, DELETE | `/control/servers/<name>/incus-audit` | the Incus API's [`AuditReport`](crate::AuditReport); DELETE resets it |
+//! | GET | `/control/clusters` | `{<cluster>: [<bmc name>, ...]}` |
+//! | GET, PUT | `/control/clusters/<cluster>` | `{"members": ["<bmc name>", ...]}`: PUT forms the Incus cluster (GET adds `status` by member name) |
+//! | GET, DELETE | `/control/clusters/<cluster>/audit` | [`ClusterAuditReport`](crate::ClusterAuditReport); DELETE resets it |
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,7 +48,7 @@ pub fn server_summary(fleet: &Fleet, bmc: &Bmc) -> Value {
         "index": bmc.index,
         "personality": bmc.profile.personality.as_str(),
         "bmc_url": format!("{}/bmc/{}", fleet.shared.base_url, bmc.name),
-        "incus_url": format!("{}/incus/{}", fleet.shared.base_url, bmc.name),
+        "incus_url": bmc.incus_url(),
         "serial": bmc.serial,
         "uuid": bmc.uuid,
     })
@@ -58,6 +62,15 @@ pub async fn handle(fleet: &Arc<Fleet>, method: &Method, rest: &str, body: &[u8]
             reply::ok(&Value::Array(list))
         }
         (&Method::GET, ["audit"]) => fleet_audit(fleet),
+        (&Method::GET, ["clusters"]) => {
+            let clusters = fleet.clusters();
+            let map: serde_json::Map<String, Value> = clusters
+                .iter()
+                .map(|(n, c)| (n.clone(), json!(bmc_names(fleet, &c.members))))
+                .collect();
+            reply::ok(&Value::Object(map))
+        }
+        (_, ["clusters", name, tail @ ..]) => cluster(fleet, name, method, tail, body),
         (_, ["servers", name, tail @ ..]) => {
             let Some(bmc) = fleet.get(name) else {
                 return reply::not_found();
@@ -109,9 +122,71 @@ fn server(fleet: &Fleet, bmc: &Arc<Bmc>, method: &Method, tail: &[&str], body: &
             *bmc.faults() = Faults::default();
             reply::no_content()
         }
+        (&Method::GET, ["incus-audit"]) => reply::ok(&json!(bmc.incus_audit.report())),
+        (&Method::DELETE, ["incus-audit"]) => {
+            bmc.incus_audit.reset();
+            reply::no_content()
+        }
         (&Method::POST, ["bmc-reset"]) => {
             bmc.reset_bmc();
             reply::no_content()
+        }
+        _ => reply::not_found(),
+    }
+}
+
+fn bmc_names(fleet: &Fleet, members: &[usize]) -> Vec<String> {
+    members.iter().map(|&i| fleet.bmcs[i].name.clone()).collect()
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterPut {
+    members: Vec<String>,
+}
+
+fn cluster(fleet: &Fleet, name: &str, method: &Method, tail: &[&str], body: &[u8]) -> Response {
+    let members = fleet.clusters().get(name).map(|c| c.members.clone());
+    match (method, tail) {
+        (&Method::PUT, []) => {
+            let put = match parse::<ClusterPut>(body) {
+                Ok(p) => p,
+                Err(r) => return r,
+            };
+            let mut indices = Vec::with_capacity(put.members.len());
+            for server in &put.members {
+                match fleet.by_name.get(server) {
+                    Some(&i) => indices.push(i),
+                    None => {
+                        return reply::json(
+                            StatusCode::BAD_REQUEST,
+                            &json!({"error": format!("no server {server}")}),
+                        );
+                    }
+                }
+            }
+            match fleet.form_cluster(name, &indices) {
+                Ok(()) => reply::no_content(),
+                Err(e) => reply::json(StatusCode::BAD_REQUEST, &json!({"error": e.to_string()})),
+            }
+        }
+        (&Method::GET, []) => match members {
+            Some(m) => reply::ok(&json!({
+                "members": bmc_names(fleet, &m),
+                "status": crate::cluster::members_by_name(fleet, &m),
+            })),
+            None => reply::not_found(),
+        },
+        (&Method::GET, ["audit"]) => match fleet.cluster_audit(name) {
+            Some(report) => reply::ok(&json!(report)),
+            None => reply::not_found(),
+        },
+        (&Method::DELETE, ["audit"]) => {
+            if fleet.reset_cluster_audit(name) {
+                reply::no_content()
+            } else {
+                reply::not_found()
+            }
         }
         _ => reply::not_found(),
     }

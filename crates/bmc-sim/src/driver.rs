@@ -57,6 +57,7 @@ pub fn power_off(bmc: &Arc<Bmc>, m: &mut Machine) {
     m.boot_gen += 1;
     m.power = Power::PoweringOff;
     m.phase = OsPhase::Down;
+    m.os.interrupted(bmc.shared.clock.now());
     m.boot_state = "None";
     let generation = m.boot_gen;
     let bmc = bmc.clone();
@@ -79,6 +80,9 @@ pub fn restart(bmc: &Arc<Bmc>, m: &mut Machine) {
     }
     m.boot_gen += 1;
     m.power = Power::On;
+    // The reset takes the running OS down at once (its Incus port closes connections from now on).
+    m.phase = OsPhase::Down;
+    m.os.interrupted(bmc.shared.clock.now());
     let generation = m.boot_gen;
     let bmc = bmc.clone();
     tokio::spawn(async move {
@@ -122,6 +126,13 @@ async fn boot(bmc: &Arc<Bmc>, generation: u64, powering_on: bool) -> Result<(), 
             continue;
         }
         clock.sleep(t.post_stage).await?;
+        {
+            let m = current(bmc, generation)?;
+            if m.firmware_halt && bmc.faults().reboot_never_returns {
+                // Hangs at the end of POST: no boot, no OS, until the fault is cleared and it is reset.
+                return Ok(());
+            }
+        }
         let device = {
             let mut m = current(bmc, generation)?;
             let now = clock.now();

@@ -1,6 +1,8 @@
 //! Fault injection, set per server through `PUT /control/servers/<name>/faults` or
 //! [`crate::SimHandle::set_faults`]. Request-level faults hit the Redfish request before it is
-//! routed; behaviour faults change what the machine or a resource does.
+//! routed; behaviour faults change what the machine or a resource does. The Incus side has its own
+//! request-level fields (`incus_*`), so that a test can break one API without the other, and its own
+//! behaviour faults for the cluster operations.
 
 use std::time::Duration;
 
@@ -53,6 +55,36 @@ pub struct Faults {
     pub session_limit: Option<u32>,
     /// Mutations carrying `If-Match` (other than `*`) answer 412: the BMC rejects its own ETags.
     pub reject_if_match: bool,
+    // --- Incus API, request level (after the TLS handshake, before authorization) ---
+    /// The Incus API accepts the request and never answers.
+    pub incus_hang: bool,
+    /// The Incus API answers with this status (5xx) in the Incus error envelope.
+    pub incus_status: Option<u16>,
+    /// The Incus API closes the connection without an answer.
+    pub incus_reset: bool,
+    /// The Incus request faults hit this many requests, then clear themselves.
+    pub incus_remaining: Option<u32>,
+    // --- Incus, behaviour ---
+    /// An evacuation's operation stays `Running` (the member evacuating) until a restore or a reboot ends it.
+    pub evacuate_hangs: bool,
+    /// An evacuation's operation ends `Failure` and the member is back `Online` (Incus reverts the state).
+    pub evacuate_fails: bool,
+    /// A restore's operation ends `Failure` and the member stays `Evacuated` (Incus reverts the state).
+    pub restore_fails: bool,
+    /// After `POST /os/1.0/system/:reboot` the machine goes down and halts in firmware at every boot while this
+    /// is set: the OS never comes up again.
+    pub reboot_never_returns: bool,
+    /// The member's network is gone while the machine runs: every member reports it `Offline` and its own Incus
+    /// port closes connections at once.
+    pub member_offline: bool,
+}
+
+/// What an Incus request-level fault does to one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IncusFault {
+    Hang,
+    Reset,
+    Status(u16),
 }
 
 /// What a request-level fault does to one request.
@@ -108,5 +140,29 @@ impl Faults {
             }
         }
         (slow, fault)
+    }
+
+    /// The Incus request-level fault for this request, spending one of `incus_remaining`.
+    pub fn take_incus_fault(&mut self) -> Option<IncusFault> {
+        let fault = if self.incus_hang {
+            IncusFault::Hang
+        } else if self.incus_reset {
+            IncusFault::Reset
+        } else {
+            IncusFault::Status(self.incus_status?)
+        };
+        if let Some(n) = self.incus_remaining.as_mut() {
+            if *n == 0 {
+                return None;
+            }
+            *n -= 1;
+            if *n == 0 {
+                self.incus_hang = false;
+                self.incus_reset = false;
+                self.incus_status = None;
+                self.incus_remaining = None;
+            }
+        }
+        Some(fault)
     }
 }

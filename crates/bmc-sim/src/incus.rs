@@ -1,81 +1,98 @@
-//! A minimal Incus / IncusOS API per installed server, under `/incus/<name>/`, for the cluster
-//! operations (rolling reboot and update). It answers only while the installed OS runs.
+//! The Incus / IncusOS API of one installed server, as its own TLS listener serves it (`incus_listener`). Paths are
+//! the real ones; IncusOS's own API is proxied by Incus under `/os/` (IncusOS `doc/reference/api.md`).
 //!
 //! | Method | Path | |
 //! |---|---|---|
-//! | GET | `/1.0` | server info |
-//! | GET | `/1.0/cluster/members/<member>` | `status`: `Online`, `Evacuating`, `Evacuated`, `Restoring` |
-//! | POST | `/1.0/cluster/members/<member>/state` | `{"action": "evacuate" \| "restore"}` → async operation |
-//! | GET | `/1.0/operations/<id>` (and `/wait`) | `Running` / `Success` |
+//! | GET | `/1.0` | server info (`environment.server_name`, `server_clustered`) |
+//! | GET | `/1.0/cluster` | `{server_name, enabled}` |
+//! | GET | `/1.0/cluster/members` | member URLs; `?recursion=1`: member objects (see `cluster`) |
+//! | GET | `/1.0/cluster/members/<member>` | one member: `status` `Online` / `Evacuated` / `Offline` |
+//! | POST | `/1.0/cluster/members/<member>/state` | `{"action": "evacuate" \| "restore"}` → 202 async operation |
+//! | GET | `/1.0/operations/<id>` (and `/wait?timeout=N`) | `Running` (103) / `Success` (200) / `Failure` (400, `err`) |
 //! | GET | `/os/1.0` | running and staged OS version |
 //! | GET | `/os/1.0/system/update` | `config` (`channel`) and `state` (`last_check`, `status`, `needs_reboot`) |
 //! | POST | `/os/1.0/system/update/:check` | asks the update provider (racklift) and stages a verified update |
-//! | POST | `/os/1.0/system/:reboot` | reboots (the staged version becomes the running one) |
+//! | POST | `/os/1.0/system/:reboot` | reboots (the staged OS and application versions become the running ones) |
+//! | GET | `/os/1.0/applications` | installed application URLs (`/os/1.0/applications/incus`) |
+//! | GET | `/os/1.0/applications/<name>` | `{state: {initialized, is_primary, version, friendly_version, available_versions}, config}` |
+//! | POST | `/os/1.0/applications/<name>/:restart` | restarts the application: a staged version becomes its version |
+//!
+//! Applications after IncusOS `incus-osd/internal/rest/api_applications.go` and `incus-osd/api/application.go`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
 use crate::bmc::Bmc;
+use crate::cluster::{self, member_name};
 use crate::driver;
-use crate::machine::{MemberOperation, OsPhase};
 use crate::os_update::{self, CheckOutcome};
 use crate::register::OperationsCenter;
 use crate::reply;
+use crate::server::Fleet;
 
-fn sync(metadata: Value) -> Response {
+/// An Incus `sync` answer.
+pub fn sync(metadata: Value) -> Response {
     reply::ok(&json!({"type": "sync", "status": "Success", "status_code": 200, "metadata": metadata}))
 }
 
-fn err(status: StatusCode, message: &str) -> Response {
+/// An Incus error envelope.
+pub fn error(status: StatusCode, message: &str) -> Response {
     reply::json(
         status,
         &json!({"type": "error", "error": message, "error_code": status.as_u16()}),
     )
 }
 
-fn operation(id: &str, running: bool) -> Value {
-    json!({
-        "id": id,
-        "class": "task",
-        "status": if running { "Running" } else { "Success" },
-        "status_code": if running { 103 } else { 200 },
-    })
+/// One authorized request.
+pub struct IncusRequest<'a> {
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub fence: Option<&'a str>,
+    pub body: &'a [u8],
 }
 
-pub async fn handle(bmc: &Arc<Bmc>, method: &Method, rel: &str, body: &[u8]) -> Response {
-    if bmc.machine().phase != OsPhase::OsRunning {
-        return err(StatusCode::SERVICE_UNAVAILABLE, "IncusOS is not running");
+impl IncusRequest<'_> {
+    fn param(&self, key: &str) -> Option<&str> {
+        self.query?
+            .split('&')
+            .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
     }
-    let parts: Vec<&str> = rel.trim_matches('/').split('/').collect();
-    match (method, parts.as_slice()) {
-        (&Method::GET, ["1.0"]) => sync(json!({
-            "api_version": "1.0",
-            "environment": {"server_name": bmc.name, "server_clustered": true, "os_name": "IncusOS"},
-        })),
-        (&Method::GET, ["1.0", "cluster", "members", member]) => {
-            let status = {
-                let mut m = bmc.machine();
-                m.os.settle_member(Instant::now());
-                m.os.member_status.clone()
-            };
-            sync(json!({"server_name": member, "status": status, "message": ""}))
+}
+
+pub async fn handle(fleet: &Arc<Fleet>, bmc: &Arc<Bmc>, req: IncusRequest<'_>) -> Response {
+    let parts: Vec<&str> = req.path.trim_matches('/').split('/').collect();
+    match (req.method, parts.as_slice()) {
+        (&Method::GET, ["1.0"]) => {
+            let name = member_name(bmc, &bmc.machine());
+            sync(json!({
+                "api_version": "1.0",
+                "auth": "trusted",
+                "environment": {
+                    "server_name": name,
+                    "server_clustered": fleet.cluster_of(bmc.index).is_some(),
+                    "os_name": "IncusOS",
+                },
+            }))
         }
-        (&Method::POST, ["1.0", "cluster", "members", _member, "state"]) => member_state(bmc, body),
-        (&Method::GET, ["1.0", "operations", id, rest @ ..]) => {
-            let op = bmc.machine().os.operations.get(*id).copied();
-            let Some(op) = op else {
-                return err(StatusCode::NOT_FOUND, "operation not found");
-            };
-            if rest == ["wait"] {
-                tokio::time::sleep_until(op.done_at.into()).await;
-            }
-            let now = Instant::now();
-            bmc.machine().os.settle_member(now);
-            sync(operation(id, now < op.done_at))
+        (&Method::GET, ["1.0", "cluster"]) => cluster::get_cluster(fleet, bmc),
+        (&Method::GET, ["1.0", "cluster", "members"]) => {
+            let recursion = req.param("recursion").is_some_and(|r| r != "0");
+            cluster::list_members(fleet, bmc, recursion)
+        }
+        (&Method::GET, ["1.0", "cluster", "members", member]) => cluster::get_member(fleet, bmc, member),
+        (&Method::POST, ["1.0", "cluster", "members", member, "state"]) => {
+            cluster::post_member_state(fleet, bmc, member, req.body, req.fence, req.path)
+        }
+        (&Method::GET, ["1.0", "operations", id]) => cluster::get_operation(fleet, bmc, id, None).await,
+        (&Method::GET, ["1.0", "operations", id, "wait"]) => {
+            let timeout = req.param("timeout").and_then(|t| t.parse::<f64>().ok());
+            cluster::get_operation(fleet, bmc, id, Some(timeout)).await
         }
         (&Method::GET, ["os", "1.0"]) => {
             let m = bmc.machine();
@@ -87,67 +104,84 @@ pub async fn handle(bmc: &Arc<Bmc>, method: &Method, rel: &str, body: &[u8]) -> 
         }
         (&Method::GET, ["os", "1.0", "system", "update"]) => {
             let m = bmc.machine();
+            let needs_reboot =
+                m.os.staged_version.is_some() || m.os.applications.iter().any(|a| a.staged_version.is_some());
             sync(json!({
                 "config": {"channel": m.os.channel, "auto_reboot": false},
                 "state": {
                     "last_check": m.os.last_check,
-                    "needs_reboot": m.os.staged_version.is_some(),
+                    "needs_reboot": needs_reboot,
                     "status": m.os.update_status,
                 },
             }))
         }
-        (&Method::POST, ["os", "1.0", "system", "update", ":check"]) => check_update(bmc).await,
+        (&Method::POST, ["os", "1.0", "system", "update", ":check"]) => {
+            record_mutation(fleet, bmc, &req, false);
+            check_update(bmc).await
+        }
         (&Method::POST, ["os", "1.0", "system", ":reboot"]) => {
-            driver::restart(bmc, &mut bmc.machine());
+            record_mutation(fleet, bmc, &req, true);
+            let never_returns = bmc.faults().reboot_never_returns;
+            let mut m = bmc.machine();
+            m.firmware_halt = never_returns;
+            driver::restart(bmc, &mut m);
             sync(json!({}))
         }
-        _ => err(StatusCode::NOT_FOUND, "not found"),
+        (&Method::GET, ["os", "1.0", "applications"]) => {
+            let m = bmc.machine();
+            let mut names: Vec<&str> = m.os.applications.iter().map(|a| a.name.as_str()).collect();
+            names.sort_unstable();
+            let urls: Vec<String> = names
+                .iter()
+                .map(|n| format!("/os/1.0/applications/{n}"))
+                .collect();
+            sync(json!(urls))
+        }
+        (&Method::GET, ["os", "1.0", "applications", name]) => {
+            let m = bmc.machine();
+            let Some(app) = m.os.applications.iter().find(|a| a.name == *name) else {
+                return error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            let mut available = vec![app.version.clone()];
+            available.extend(app.staged_version.clone());
+            sync(json!({
+                "state": {
+                    "is_primary": app.name.starts_with("incus"),
+                    "initialized": true,
+                    "friendly_version": app.version,
+                    "version": app.version,
+                    "available_versions": available,
+                },
+                "config": {},
+            }))
+        }
+        (&Method::POST, ["os", "1.0", "applications", name, ":restart"]) => {
+            record_mutation(fleet, bmc, &req, false);
+            let mut m = bmc.machine();
+            let Some(app) = m.os.applications.iter_mut().find(|a| a.name == *name) else {
+                return error(StatusCode::NOT_FOUND, "Not Found");
+            };
+            if let Some(v) = app.staged_version.take() {
+                app.version = v;
+            }
+            sync(json!({}))
+        }
+        _ => error(StatusCode::NOT_FOUND, "not found"),
     }
 }
 
-fn member_state(bmc: &Arc<Bmc>, body: &[u8]) -> Response {
-    let action = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("action").and_then(Value::as_str).map(str::to_owned));
-    let (during, after) = match action.as_deref() {
-        Some("evacuate") => ("Evacuating", "Evacuated"),
-        Some("restore") => ("Restoring", "Online"),
-        _ => return err(StatusCode::BAD_REQUEST, "action must be evacuate or restore"),
-    };
-    let shared = bmc.shared.clone();
-    let duration = shared.clock.scaled(shared.timings.incus_operation);
-    let id = uuid::Uuid::new_v4().to_string();
-    {
-        let mut m = bmc.machine();
-        m.os.member_status = during.to_owned();
-        m.os.operations.insert(
-            id.clone(),
-            MemberOperation {
-                done_at: Instant::now() + duration,
-                during,
-                after,
-            },
-        );
-    }
-    let task_bmc = bmc.clone();
-    tokio::spawn(async move {
-        if shared.clock.sleep(shared.timings.incus_operation).await.is_ok() {
-            let mut m = task_bmc.machine();
-            if m.os.member_status == during {
-                m.os.member_status = after.to_owned();
-            }
+/// A mutation of the server itself, for its cluster's audit (fencing, reboot count).
+fn record_mutation(fleet: &Fleet, bmc: &Bmc, req: &IncusRequest<'_>, reboot: bool) {
+    let name = member_name(bmc, &bmc.machine());
+    let mut clusters = fleet.clusters();
+    if let Some(cluster) = clusters.values_mut().find(|c| c.members.contains(&bmc.index)) {
+        cluster
+            .audit
+            .mutation(&name, req.method.as_str(), req.path, req.fence);
+        if reboot {
+            cluster.audit.counts(&name).reboots += 1;
         }
-    });
-    reply::json(
-        StatusCode::ACCEPTED,
-        &json!({
-            "type": "async",
-            "status": "Operation created",
-            "status_code": 100,
-            "operation": format!("/1.0/operations/{id}"),
-            "metadata": operation(&id, true),
-        }),
-    )
+    }
 }
 
 /// `:check`: the provider's update check, outside the machine's lock (it is network calls); its outcome is
@@ -162,10 +196,10 @@ async fn check_update(bmc: &Arc<Bmc>) -> Response {
                 .and_then(|p| OperationsCenter::from_provider(&p).ok().flatten());
         let Some(provider) = provider else {
             m.os.update_status = "No update provider configured".to_owned();
-            return err(StatusCode::BAD_REQUEST, "no update provider configured");
+            return error(StatusCode::BAD_REQUEST, "no update provider configured");
         };
         let Some(identity) = m.os.identity.clone() else {
-            return err(StatusCode::SERVICE_UNAVAILABLE, "Incus has not started");
+            return error(StatusCode::SERVICE_UNAVAILABLE, "Incus has not started");
         };
         (
             provider,
@@ -182,14 +216,19 @@ async fn check_update(bmc: &Arc<Bmc>) -> Response {
             m.os.update_status = "Up to date".to_owned();
             sync(json!({}))
         }
-        Ok(CheckOutcome::Staged(version)) => {
+        Ok(CheckOutcome::Staged { version, components }) => {
             m.os.update_status = format!("Update {version} staged");
+            for app in &mut m.os.applications {
+                if components.contains(&app.name) && app.version < version {
+                    app.staged_version = Some(version.clone());
+                }
+            }
             m.os.staged_version = Some(version);
             sync(json!({}))
         }
         Ok(CheckOutcome::Refused { version, filename }) => {
             m.os.update_status = format!("Update {version} refused: {filename} does not match its SHA-256");
-            err(StatusCode::INTERNAL_SERVER_ERROR, &m.os.update_status.clone())
+            error(StatusCode::INTERNAL_SERVER_ERROR, &m.os.update_status.clone())
         }
         Err(e) => {
             let mut message = e.to_string();
@@ -199,7 +238,7 @@ async fn check_update(bmc: &Arc<Bmc>) -> Response {
                 source = cause.source();
             }
             m.os.update_status = format!("Update check failed: {message}");
-            err(StatusCode::INTERNAL_SERVER_ERROR, &m.os.update_status.clone())
+            error(StatusCode::INTERNAL_SERVER_ERROR, &m.os.update_status.clone())
         }
     }
 }

@@ -4,8 +4,9 @@
 //! with a vendor [`Personality`] reproducing the quirks in `reference/redfish.md`, a simulated
 //! machine (power, POST with `BootProgress`, BIOS, secure boot, virtual media, an installer
 //! reading the media over HTTP `Range` and acting on the IncusOS seed inside it, the installed OS
-//! registering with the seed's provider over TLS), fault injection and audits
-//! (highest request concurrency, stale fenced mutations). Test and development use only: no
+//! registering with the seed's provider over TLS, serving its Incus API on a TLS listener of its
+//! own with mutual TLS, in Incus clusters formed through the control API), fault injection and
+//! audits (highest request concurrency, stale fenced mutations, members out for evacuation at once). Test and development use only: no
 //! production code path depends on this crate.
 //!
 //! ```no_run
@@ -21,11 +22,15 @@
 mod audit;
 mod bmc;
 mod clock;
+mod cluster;
+mod cluster_audit;
 mod config;
 mod control;
 mod driver;
 mod faults;
 mod incus;
+mod incus_listener;
+mod incus_tls;
 mod install;
 mod machine;
 mod os;
@@ -42,13 +47,15 @@ mod tls;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use audit::{AuditReport, FENCE_HEADER, MUTATION_LOG_CAP, Mutation, StaleMutation};
+pub use cluster::ClusterError;
+pub use cluster_audit::{ClusterAuditReport, IncusStaleMutation, MemberCounts};
 pub use config::{Personality, PersonalityChoice, SimConfig, Timings, UnknownPersonality};
 pub use faults::Faults;
 pub use routes::metadata_document;
@@ -116,6 +123,8 @@ impl Sim {
             username: config.username.clone(),
             password: config.password.clone(),
             base_url: base_url.clone(),
+            cancel: cancel.clone(),
+            fleet: OnceLock::new(),
         });
         let mut tables: HashMap<Personality, (Arc<Profile>, Arc<RouteTable>)> = HashMap::new();
         let mut bmcs = Vec::with_capacity(config.servers);
@@ -137,8 +146,10 @@ impl Sim {
         let fleet = Arc::new(Fleet {
             bmcs,
             by_name,
-            shared,
+            shared: shared.clone(),
+            clusters: Mutex::new(std::collections::BTreeMap::new()),
         });
+        let _ = shared.fleet.set(Arc::downgrade(&fleet));
         let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
         let task = tokio::spawn(server::serve(listener, acceptor, fleet.clone(), cancel.clone()));
         Ok(SimHandle {
@@ -204,9 +215,41 @@ impl SimHandle {
         format!("{}/bmc/{}", self.base_url, self.fleet.bmcs[i].name)
     }
 
-    /// Base URL of server `i`'s Incus API: `<base_url>/incus/<name>`.
-    pub fn incus_url(&self, i: usize) -> String {
-        format!("{}/incus/{}", self.base_url, self.fleet.bmcs[i].name)
+    /// Base URL of server `i`'s Incus API, `https://127.0.0.1:<port>`, once its Incus has started (the port is
+    /// then kept for the machine's life).
+    pub fn incus_url(&self, i: usize) -> Option<String> {
+        self.fleet.bmcs[i].incus_url()
+    }
+
+    /// The certificate (PEM) server `i`'s Incus serves and presents, once its installed OS has made it.
+    pub fn incus_certificate_pem(&self, i: usize) -> Option<String> {
+        self.fleet.bmcs[i]
+            .machine()
+            .os
+            .identity
+            .as_ref()
+            .map(|id| id.cert_pem.clone())
+    }
+
+    /// Make servers `servers` (indices) the Incus cluster `cluster`, as its administrator would with `incus cluster
+    /// enable` and joins. Members are named by their hostnames; forming it again replaces the member list.
+    pub fn form_cluster(&self, cluster: &str, servers: &[usize]) -> Result<(), ClusterError> {
+        self.fleet.form_cluster(cluster, servers)
+    }
+
+    /// The audit of cluster `cluster` (`None` when there is no such cluster).
+    pub fn cluster_audit(&self, cluster: &str) -> Option<ClusterAuditReport> {
+        self.fleet.cluster_audit(cluster)
+    }
+
+    /// Reset the audit of cluster `cluster`, from the members evacuated now.
+    pub fn reset_cluster_audit(&self, cluster: &str) {
+        self.fleet.reset_cluster_audit(cluster);
+    }
+
+    /// The audit of server `i`'s Incus API (requests in flight, fencing of its mutations).
+    pub fn incus_audit(&self, i: usize) -> AuditReport {
+        self.fleet.bmcs[i].incus_audit.report()
     }
 
     /// `<base_url>/control`.

@@ -3,6 +3,7 @@
 //! (boot sequence, installer) live in `driver` and take the lock only between sleeps.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
@@ -146,19 +147,93 @@ pub struct OsState {
     /// What the last update check did, as `GET /os/1.0/system/update` reports it.
     pub update_status: String,
     pub last_check: Option<DateTime<Utc>>,
-    /// `Online`, `Evacuating`, `Evacuated`, `Restoring`.
-    pub member_status: String,
-    /// Incus operations by id.
+    /// Where the member is in an evacuation. Incus keeps it in the cluster database, so it survives a reboot.
+    pub member: MemberState,
+    /// Incus operations (evacuate, restore) this member carried out, by id.
     #[serde(skip)]
-    pub operations: BTreeMap<String, MemberOperation>,
+    pub operations: BTreeMap<String, IncusOperation>,
+    /// The applications the seed's `applications.yaml` installed (`incus` without one), with their versions.
+    pub applications: Vec<AppState>,
 }
 
-/// An evacuate or restore: the member is `during` until `done_at`, then `after`.
-#[derive(Debug, Clone, Copy)]
-pub struct MemberOperation {
-    pub done_at: Instant,
-    pub during: &'static str,
-    pub after: &'static str,
+/// A cluster member's evacuation state. Incus records `Evacuated` when an evacuation starts and `Created` (reported
+/// `Online`) when a restore starts (`cmd/incusd/api_cluster_evacuation.go`, `evacuateClusterSetState`), so the two
+/// transient states here are what the operation is doing, not what the member reports: see [`MemberState::reported`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum MemberState {
+    Online,
+    /// An evacuation operation is running (reported `Evacuated`).
+    Evacuating,
+    Evacuated,
+    /// A restore operation is running (reported `Online`).
+    Restoring,
+}
+
+impl MemberState {
+    /// The `status` Incus reports for a running member in this state.
+    pub fn reported(self) -> &'static str {
+        match self {
+            MemberState::Online | MemberState::Restoring => "Online",
+            MemberState::Evacuating | MemberState::Evacuated => "Evacuated",
+        }
+    }
+
+    /// Not serving instances because of an evacuation (what the cluster audit counts).
+    pub fn in_maintenance(self) -> bool {
+        self != MemberState::Online
+    }
+}
+
+/// `evacuate` or `restore`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberAction {
+    Evacuate,
+    Restore,
+}
+
+/// What an operation ends with when it is not interrupted (decided from the faults when it is created).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Planned {
+    Succeed,
+    Fail,
+    /// Stays `Running` until a restore or a reboot of the member ends it.
+    Hang,
+}
+
+/// One Incus operation: `Running` until it ends (`Success` or `Failure` with `err`).
+#[derive(Clone, Debug)]
+pub struct IncusOperation {
+    pub action: MemberAction,
+    /// The member the operation acts on (its hostname).
+    pub member: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub planned: Planned,
+    /// `None` while running; `Ok` or the failure's text once done.
+    pub outcome: Option<Result<(), String>>,
+    /// Woken when the operation ends, for `/wait`.
+    pub done: Arc<tokio::sync::Notify>,
+}
+
+impl IncusOperation {
+    /// End the operation (no-op if it has ended already) and wake the waiters.
+    pub fn finish(&mut self, outcome: Result<(), String>, now: DateTime<Utc>) {
+        if self.outcome.is_none() {
+            self.outcome = Some(outcome);
+            self.updated_at = now;
+            self.done.notify_waiters();
+        }
+    }
+}
+
+/// An installed application and its versions (IncusOS `api.ApplicationState`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AppState {
+    pub name: String,
+    pub version: String,
+    /// Fetched by an update check; applied at the next reboot or restart of the application.
+    pub staged_version: Option<String>,
 }
 
 impl OsState {
@@ -173,6 +248,9 @@ impl OsState {
         self.client_certificate = None;
         self.trusted_certificates.clear();
         self.registration_error = None;
+        self.member = MemberState::Online;
+        self.operations.clear();
+        self.applications.clear();
     }
 
     pub fn set_identity(&mut self, identity: ClientIdentity) {
@@ -180,12 +258,22 @@ impl OsState {
         self.identity = Some(identity);
     }
 
-    /// Applies the member status of every operation that has finished by `now`. Reads settle first, so an
-    /// operation reported `Success` is never followed by a member still `during` it, whichever timer fires first.
-    pub fn settle_member(&mut self, now: Instant) {
-        for op in self.operations.values() {
-            if now >= op.done_at && self.member_status == op.during {
-                self.member_status = op.after.to_owned();
+    /// The member went down: Incus's operations die with the daemon, and the state recorded in the cluster
+    /// database stays (an evacuation in progress had already recorded `Evacuated`, a restore `Online`).
+    pub fn interrupted(&mut self, now: DateTime<Utc>) {
+        for op in self.operations.values_mut() {
+            op.finish(
+                Err("Operation interrupted: the cluster member restarted".to_owned()),
+                now,
+            );
+        }
+        self.member = match self.member {
+            MemberState::Evacuating | MemberState::Evacuated => MemberState::Evacuated,
+            MemberState::Online | MemberState::Restoring => MemberState::Online,
+        };
+        for app in &mut self.applications {
+            if let Some(v) = app.staged_version.take() {
+                app.version = v;
             }
         }
     }
@@ -295,6 +383,9 @@ pub struct Machine {
     pub media: Vec<MediaSlot>,
     pub phase: OsPhase,
     pub os: OsState,
+    /// Set by an Incus `:reboot` under the `reboot_never_returns` fault: the firmware halts before booting while
+    /// that fault is set.
+    pub firmware_halt: bool,
     /// The install seed the installer last read from the media.
     pub install_seed: Option<Install>,
     pub counters: Counters,
@@ -343,9 +434,11 @@ impl Machine {
                 channel: "stable".to_owned(),
                 update_status: "Up to date".to_owned(),
                 last_check: None,
-                member_status: "Online".to_owned(),
+                member: MemberState::Online,
                 operations: BTreeMap::new(),
+                applications: Vec::new(),
             },
+            firmware_halt: false,
             install_seed: None,
             counters: Counters::default(),
         }
@@ -372,6 +465,7 @@ impl Machine {
         if let Some(staged) = self.os.staged_version.take() {
             self.os.running_version = staged;
         }
+        self.os.interrupted(now);
         self.set_boot_state(POST_STATES[0], now);
         if drop_bios_apply {
             self.bios.pending.clear();

@@ -9,9 +9,8 @@
 //! long as the server runs; a request that gets no answer is first retried five times a second apart
 //! (`tryRequest`).
 //!
-//! What differs from a real server is the address: IncusOS sends `connection_url: https://<management
-//! address>:8443`, its own Incus listener. Every simulated server's Incus API is served by the simulator's one
-//! listener under `/incus/<name>`, so that is the `connection_url` sent (`https` when the simulator serves TLS).
+//! Incus's own listener starts with Incus: each server has its own port on `127.0.0.1` (`incus_listener`), and
+//! `connection_url` is `https://127.0.0.1:<port>`, where a real server sends `https://<management address>:8443`.
 //!
 //! [`Timings::daemon_restart`]: crate::Timings::daemon_restart
 
@@ -19,7 +18,8 @@ use std::time::Duration;
 
 use crate::bmc::Bmc;
 use crate::driver::{Halt, current};
-use crate::machine::OsPhase;
+use crate::incus_listener;
+use crate::machine::{AppState, OsPhase};
 use crate::register::{self, ClientIdentity, OperationsCenter, RegisterError, ServerPost};
 
 /// Attempts of a request that gets no answer (IncusOS `tryRequest`), one second apart.
@@ -33,6 +33,8 @@ struct Startup {
     preseed_certificates: Vec<String>,
     /// The update channel `update.yaml` names, if it does.
     channel: Option<String>,
+    /// The applications `applications.yaml` installs (`incus` without one).
+    applications: Vec<String>,
 }
 
 /// Read the installed seed: the hostname and the provider, or why the daemon stops.
@@ -44,6 +46,7 @@ fn read_seed(bmc: &Bmc, generation: u64) -> Result<Result<Startup, String>, Halt
             provider: None,
             preseed_certificates: Vec::new(),
             channel: None,
+            applications: vec!["incus".to_owned()],
         }));
     };
     let network = match seed.network() {
@@ -71,11 +74,17 @@ fn read_seed(bmc: &Bmc, generation: u64) -> Result<Result<Startup, String>, Halt
         Ok(update) => update.map(|u| u.channel).filter(|c| !c.is_empty()),
         Err(e) => return Ok(Err(e.to_string())),
     };
+    let applications = match seed.applications() {
+        Ok(Some(a)) if !a.applications.is_empty() => a.applications.into_iter().map(|a| a.name).collect(),
+        Ok(_) => vec!["incus".to_owned()],
+        Err(e) => return Ok(Err(e.to_string())),
+    };
     Ok(Ok(Startup {
         hostname,
         provider,
         preseed_certificates,
         channel,
+        applications,
     }))
 }
 
@@ -89,7 +98,7 @@ pub async fn start(bmc: &Bmc, generation: u64) -> Result<(), Halt> {
             return Ok(());
         }
     };
-    let identity = {
+    let (registered, identity) = {
         let mut m = current(bmc, generation)?;
         m.phase = OsPhase::OsRunning;
         m.os.hostname = Some(startup.hostname.clone());
@@ -103,6 +112,16 @@ pub async fn start(bmc: &Bmc, generation: u64) -> Result<(), Halt> {
                     m.os.trusted_certificates.push(cert);
                 }
             }
+            let version = m.os.running_version.clone();
+            m.os.applications = startup
+                .applications
+                .iter()
+                .map(|name| AppState {
+                    name: name.clone(),
+                    version: version.clone(),
+                    staged_version: None,
+                })
+                .collect();
             match ClientIdentity::generate(&startup.hostname) {
                 Ok(id) => m.os.set_identity(id),
                 Err(e) => {
@@ -111,17 +130,20 @@ pub async fn start(bmc: &Bmc, generation: u64) -> Result<(), Halt> {
                 }
             }
         }
-        if m.os.registered {
-            return Ok(());
-        }
-        m.os.identity.clone()
+        (m.os.registered, m.os.identity.clone())
     };
+    let Some(port) = incus_listener::ensure(bmc) else {
+        return Ok(());
+    };
+    if registered {
+        return Ok(());
+    }
     let (Some(oc), Some(identity)) = (startup.provider, identity) else {
         return Ok(());
     };
     let body = ServerPost {
         name: startup.hostname,
-        connection_url: format!("{}/incus/{}", shared.base_url, bmc.name),
+        connection_url: format!("https://127.0.0.1:{port}"),
     };
     shared.clock.sleep(shared.timings.registration_delay).await?;
     loop {

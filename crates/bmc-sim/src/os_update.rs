@@ -5,7 +5,8 @@
 //!
 //! A check lists `GET /1.0/provisioning/updates?recursion=1`, takes the newest update on the server's channel
 //! (`update.yaml`), lists its files, downloads those for its architecture and checks each against its SHA-256
-//! and size: one mismatch and nothing is staged.
+//! and size: one mismatch and nothing is staged. The files' `component`s (`os`, application names) say which
+//! applications the update carries a new version of.
 //!
 //! [`register`]: crate::register
 
@@ -27,6 +28,9 @@ struct UpdateFile {
     size: u64,
     #[serde(default)]
     architecture: String,
+    /// `os` or an application's name (`incus`, ...).
+    #[serde(default)]
+    component: String,
     sha256: String,
 }
 
@@ -35,8 +39,11 @@ struct UpdateFile {
 pub enum CheckOutcome {
     /// Nothing newer than the running version on the channel.
     UpToDate,
-    /// This version's files were fetched and verified.
-    Staged(String),
+    /// This version's files were fetched and verified: the components (`os`, application names) they update.
+    Staged {
+        version: String,
+        components: Vec<String>,
+    },
     /// A file did not match its SHA-256 or size: nothing staged.
     Refused { version: String, filename: String },
 }
@@ -84,10 +91,14 @@ pub async fn check(
     }
     let base = format!("/1.0/provisioning/updates/{}/files", newest.uuid);
     let files: Vec<UpdateFile> = register::get(&http, oc, &base).await.map_err(failed(&base))?;
+    let mut components: Vec<String> = Vec::new();
     for file in files
         .iter()
         .filter(|f| f.architecture.is_empty() || f.architecture == ARCHITECTURE)
     {
+        if !file.component.is_empty() && !components.contains(&file.component) {
+            components.push(file.component.clone());
+        }
         let path = format!("{base}/{}", file.filename);
         let response = http
             .get(oc.url(&path))
@@ -111,7 +122,10 @@ pub async fn check(
             });
         }
     }
-    Ok(CheckOutcome::Staged(newest.version))
+    Ok(CheckOutcome::Staged {
+        version: newest.version,
+        components,
+    })
 }
 
 fn sha256_hex(data: &[u8]) -> String {

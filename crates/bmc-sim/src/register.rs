@@ -132,6 +132,16 @@ impl ClientIdentity {
         })
     }
 
+    /// The certificate's DER.
+    pub fn cert_der(&self) -> &[u8] {
+        &self.cert_der
+    }
+
+    /// The private key (PKCS#8 DER), for the server side of the Incus listener.
+    pub(crate) fn key_der(&self) -> &[u8] {
+        &self.key_der
+    }
+
     /// Lower-case hex SHA-256 of the certificate's DER: how Incus, and the manager, name a certificate.
     pub fn sha256(&self) -> String {
         use sha2::Digest;

@@ -3,11 +3,12 @@
 //! A hand-rolled accept loop (rather than `axum::serve`) because the simulator needs TLS and
 //! must be able to drop a connection without answering (the `reset_connection` fault). Paths:
 //! `/bmc/<name>/redfish/v1/...` (one BMC each), `/redfish/v1/...` (alias of the first BMC, for
-//! tools that only take a host), `/incus/<name>/...` and `/control/...`.
+//! tools that only take a host) and `/control/...`. Each server's Incus API has a listener of its own
+//! (`incus_listener`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
@@ -23,9 +24,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::audit::FENCE_HEADER;
 use crate::bmc::{Bmc, Shared};
+use crate::cluster::Cluster;
 use crate::faults::RequestFault;
 use crate::routes::{self, Ctx};
-use crate::{control, incus, reply};
+use crate::{control, reply};
 
 /// Largest request body accepted.
 const BODY_LIMIT: usize = 4 << 20;
@@ -35,9 +37,15 @@ pub struct Fleet {
     pub bmcs: Vec<Arc<Bmc>>,
     pub by_name: HashMap<String, usize>,
     pub shared: Arc<Shared>,
+    /// Incus clusters by name. Taken before any machine's lock, never while holding one.
+    pub clusters: Mutex<BTreeMap<String, Cluster>>,
 }
 
 impl Fleet {
+    pub fn clusters(&self) -> MutexGuard<'_, BTreeMap<String, Cluster>> {
+        self.clusters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn get(&self, name: &str) -> Option<&Arc<Bmc>> {
         self.by_name.get(name).map(|i| &self.bmcs[*i])
     }
@@ -126,13 +134,6 @@ async fn handle(fleet: &Arc<Fleet>, kill: &Notify, req: Request<Incoming>) -> Re
     };
     if let Some(rest) = path.strip_prefix("/control/") {
         return control::handle(fleet, &method, rest, &body).await;
-    }
-    if let Some(rest) = path.strip_prefix("/incus/") {
-        let (name, rel) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        let Some(bmc) = fleet.get(name) else {
-            return reply::not_found();
-        };
-        return incus::handle(bmc, &method, rel, &body).await;
     }
     reply::not_found()
 }

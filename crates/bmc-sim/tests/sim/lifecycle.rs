@@ -6,6 +6,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::common::{self, Client, cd_slot, control_get, media_server, wait_for};
+use crate::incus;
 use crate::registration::{self, MANAGER_CERT};
 use crate::seeded::{full_seed, install_yaml, provider_json, seeded_image};
 
@@ -143,7 +144,7 @@ async fn deploy(personality: &str) {
     assert_eq!(received[0].body["name"], summary["uuid"]);
     assert_eq!(
         received[0].body["connection_url"],
-        format!("{}/incus/{}", sim.base_url(), sim.name(0))
+        sim.incus_url(0).expect("Incus runs")
     );
     let truth = sim.truth(0);
     assert_eq!(truth["os"]["trusted_certificates"], json!([MANAGER_CERT]));
@@ -293,12 +294,11 @@ async fn media_left_in_after_the_install_boots_the_installer_again() {
 async fn incus_api_answers_once_the_os_runs() {
     let sim = common::start(1, "generic").await;
     let c = Client::new(&sim);
-    let media = media_server(seeded_image(1 << 20, &[install_yaml(false)])).await;
-    let incus = sim.incus_url(0);
-    assert_eq!(
-        reqwest::get(format!("{incus}/1.0")).await.unwrap().status(),
-        StatusCode::SERVICE_UNAVAILABLE
-    );
+    let me = incus::TestClient::new("operator");
+    let mut seed = vec![install_yaml(false)];
+    seed.push(incus::trusting(&me.identity.cert_pem));
+    let media = media_server(seeded_image(1 << 20, &seed)).await;
+    assert_eq!(sim.incus_url(0), None, "no Incus before the OS has run");
     let slot = cd_slot(&c, &sim.bmc_url(0)).await;
     insert(&c, &slot, &media.url()).await;
     let sys = c.system(&sim.bmc_url(0)).await;
@@ -312,29 +312,10 @@ async fn incus_api_answers_once_the_os_runs() {
         (sim.truth(0)["phase"]["phase"] == "os_running").then_some(())
     })
     .await;
-    let http = reqwest::Client::new();
-    let member = format!("{incus}/1.0/cluster/members/{}", sim.name(0));
-    let r: Value = http
-        .post(format!("{member}/state"))
-        .json(&json!({"action": "evacuate"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let op = r["operation"].as_str().unwrap().to_owned();
-    let done: Value = http
-        .get(format!("{incus}{op}/wait"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(done["metadata"]["status"], "Success");
-    let m: Value = http.get(&member).send().await.unwrap().json().await.unwrap();
-    assert_eq!(m["metadata"]["status"], "Evacuated");
+    let incus = incus::wait_for_incus(&sim, 0).await;
+    let http = me.client(&sim, 0);
+    let servers = control_get(&sim, "/servers").await;
+    assert_eq!(servers[0]["incus_url"], json!(incus));
 
     // Without an update provider (the seed's provider.yaml) there is nothing to check: nothing is staged. The
     // provider path itself (racklift's update catalog, verified downloads) is held by the API's update tests.

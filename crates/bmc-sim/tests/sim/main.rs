@@ -1,7 +1,10 @@
 //! Integration tests: the simulator driven over real sockets with plain reqwest.
 
+mod cluster;
 mod common;
 mod faults_audit;
+mod incus;
+mod incus_faults;
 mod lifecycle;
 mod personalities;
 mod registration;

@@ -74,7 +74,7 @@ async fn registers_over_tls13_with_its_client_certificate_the_seed_token_and_the
     assert_eq!(r.token.as_deref(), Some("tok-9"));
     assert_eq!(
         r.body,
-        json!({"name": "web-1.example.test", "connection_url": format!("{}/incus/{}", sim.base_url(), sim.name(0))})
+        json!({"name": "web-1.example.test", "connection_url": sim.incus_url(0).expect("Incus runs")})
     );
     assert!(r.body["connection_url"].as_str().unwrap().starts_with("https://"));
     assert_eq!(r.tls_version, Some(ProtocolVersion::TLSv1_3));
