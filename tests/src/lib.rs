@@ -2,6 +2,7 @@
 //! in one process ([`rack::Rack`]).
 
 pub mod cli;
+pub mod cluster;
 pub mod rack;
 
 use std::path::PathBuf;

@@ -381,28 +381,48 @@ async fn read_member(
         .get("channel")
         .and_then(|c| c.as_str())
         .map(str::to_owned);
-    facts.busy = match facts.status {
-        Some(MemberStatus::Evacuating) => Some("evacuating".into()),
-        Some(MemberStatus::Restoring) => Some("restoring".into()),
-        _ => None,
-    };
+    // Busy: an Incus operation of its own still runs on it (an evacuation, a restore), whoever started it.
+    facts.busy = client
+        .operations()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .find(|op| matches!(op.status, OperationStatus::Pending | OperationStatus::Running))
+        .map(|op| {
+            if op.description.is_empty() {
+                format!("operation {} running", op.id)
+            } else {
+                op.description.to_lowercase()
+            }
+        });
+    // An application counts at the newest version it runs or has staged: staged is what an update step waits for.
     facts.applications = client
         .applications()
         .await
         .unwrap_or_default()
         .into_iter()
-        .map(|(name, version)| (name, version.unwrap_or_default()))
+        .map(|(name, state)| {
+            let version = state.newest().unwrap_or_default().to_owned();
+            (name, version)
+        })
         .collect();
     if let Some(url) = operation {
         let id = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
-        if let Ok(op) = client.operation(id).await
-            && op.status == OperationStatus::Failure
-        {
-            facts.operation_error = Some(if op.err.is_empty() {
-                "operation failed".into()
-            } else {
-                op.err
-            });
+        // An operation that can no longer be read (the member restarted) leaves the status to decide.
+        if let Ok(op) = client.operation(id).await {
+            match op.status {
+                OperationStatus::Failure => {
+                    facts.operation_error = Some(if op.err.is_empty() {
+                        "operation failed".into()
+                    } else {
+                        op.err
+                    });
+                }
+                OperationStatus::Pending | OperationStatus::Running | OperationStatus::Cancelling => {
+                    facts.operation_running = true;
+                }
+                _ => {}
+            }
         }
     }
     facts.reachable = true;

@@ -410,6 +410,24 @@ fn find_operation(fleet: &Fleet, bmc: &Bmc, id: &str) -> Option<(Value, Arc<toki
     })
 }
 
+/// `GET /1.0/operations`: the operations this member holds, grouped by lower-case status as Incus lists them
+/// (URLs, or the objects with `recursion=1`).
+pub fn list_operations(bmc: &Bmc, recursion: bool) -> Response {
+    let m = bmc.machine();
+    let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for (id, op) in &m.os.operations {
+        let json = operation_json(id, op);
+        let status = json["status"].as_str().unwrap_or("unknown").to_lowercase();
+        let entry = if recursion {
+            json
+        } else {
+            Value::String(format!("/1.0/operations/{id}"))
+        };
+        groups.entry(status).or_default().push(entry);
+    }
+    sync(serde_json::to_value(groups).unwrap_or_default())
+}
+
 /// `GET /1.0/operations/<id>`, and `/wait` with `timeout` seconds (`-1` or none: until it ends).
 pub async fn get_operation(fleet: &Fleet, bmc: &Bmc, id: &str, wait: Option<Option<f64>>) -> Response {
     let Some((mut description, done, finished)) = find_operation(fleet, bmc, id) else {

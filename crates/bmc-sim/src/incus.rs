@@ -13,6 +13,7 @@
 //! | GET | `/os/1.0/system/update` | `config` (`channel`) and `state` (`last_check`, `status`, `needs_reboot`) |
 //! | POST | `/os/1.0/system/update/:check` | asks the update provider (racklift) and stages a verified update |
 //! | POST | `/os/1.0/system/:reboot` | reboots (the staged OS and application versions become the running ones) |
+//! | GET | `/1.0/operations` (`?recursion=1`) | this member's operations by status: `{"running": [...], "success": [...], "failure": [...]}` |
 //! | GET | `/os/1.0/applications` | installed application URLs (`/os/1.0/applications/incus`) |
 //! | GET | `/os/1.0/applications/<name>` | `{state: {initialized, is_primary, version, friendly_version, available_versions}, config}` |
 //! | POST | `/os/1.0/applications/<name>/:restart` | restarts the application: a staged version becomes its version |
@@ -88,6 +89,10 @@ pub async fn handle(fleet: &Arc<Fleet>, bmc: &Arc<Bmc>, req: IncusRequest<'_>) -
         (&Method::GET, ["1.0", "cluster", "members", member]) => cluster::get_member(fleet, bmc, member),
         (&Method::POST, ["1.0", "cluster", "members", member, "state"]) => {
             cluster::post_member_state(fleet, bmc, member, req.body, req.fence, req.path)
+        }
+        (&Method::GET, ["1.0", "operations"]) => {
+            let recursion = req.param("recursion").is_some_and(|r| r != "0");
+            cluster::list_operations(bmc, recursion)
         }
         (&Method::GET, ["1.0", "operations", id]) => cluster::get_operation(fleet, bmc, id, None).await,
         (&Method::GET, ["1.0", "operations", id, "wait"]) => {

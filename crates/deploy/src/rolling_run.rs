@@ -96,6 +96,9 @@ pub struct MemberFacts {
     pub available_applications: BTreeMap<String, String>,
     /// Why the member could not be read, when it could not.
     pub error: Option<String>,
+    /// The Incus operation of the evacuation or restore in flight still runs. Incus marks a member Evacuated when
+    /// its evacuation starts (and Online when a restore starts), so the status alone cannot tell a finished step.
+    pub operation_running: bool,
     /// The Incus operation of the step in flight ended in failure, with Incus's error. An optimization only: it
     /// turns a fast failure into an immediate, counted re-trigger instead of waiting the step's time out.
     pub operation_error: Option<String>,
@@ -365,6 +368,13 @@ pub fn observe(s: &mut RunServer, f: &MemberFacts) -> RollingState {
     }
     if rebooting && !s.went_down {
         return RS::InMaintenanceRebooting;
+    }
+    if f.operation_running && s.operation.is_some() {
+        match s.update.step {
+            Some(RollingStep::Evacuate) => return RS::Evacuating,
+            Some(RollingStep::Restore) => return RS::InMaintenanceRestoring,
+            _ => {}
+        }
     }
     match &f.status {
         Some(MemberStatus::Evacuating) => RS::Evacuating,

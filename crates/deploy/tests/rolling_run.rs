@@ -1484,3 +1484,29 @@ fn relaunch_rewinds_every_record() {
     );
     assert_eq!(server(&next, "s1").update.retries, 0);
 }
+
+#[test]
+fn an_evacuation_whose_operation_still_runs_is_waited_for_though_incus_reports_evacuated() {
+    use racklift_deploy::rolling_run::observe;
+    // Incus marks the member Evacuated when the evacuation starts; the operation says when it is done.
+    for (running, want) in [(true, RS::Evacuating), (false, RS::InMaintenanceRebootPending)] {
+        let mut s = RunServer {
+            name: "s1".into(),
+            operation: Some("/1.0/operations/1".into()),
+            update: ServerUpdate {
+                step: Some(St::Evacuate),
+                step_triggered_at: Some(t(0)),
+                reboot_pending: true,
+                ..Default::default()
+            },
+            ..RunServer::default()
+        };
+        let f = MemberFacts {
+            reachable: true,
+            status: Some(MS::Evacuated),
+            operation_running: running,
+            ..MemberFacts::default()
+        };
+        assert_eq!(observe(&mut s, &f), want, "operation running: {running}");
+    }
+}

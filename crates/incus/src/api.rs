@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use crate::client::{IncusClient, Reply, Req};
 use crate::error::{Error, Result};
-use crate::model::{Application, Cluster, ClusterMember, Operation, OperationRef, OsInfo, UpdateInfo};
+use crate::model::{
+    Application, ApplicationState, Cluster, ClusterMember, Operation, OperationRef, OsInfo, UpdateInfo,
+};
 
 /// The deadline of a `wait_operation(timeout)`: the server answers after at most `timeout`, and the exchange
 /// itself gets a whole call deadline on top.
@@ -121,6 +123,16 @@ impl IncusClient {
     }
 
     /// An operation's current state.
+    /// The operations this member holds, whatever their status (`GET /1.0/operations?recursion=1`).
+    pub async fn operations(&self) -> Result<Vec<Operation>> {
+        let fut = async {
+            let groups: BTreeMap<String, Vec<Operation>> =
+                self.get("/1.0/operations", &[], Some("recursion=1")).await?;
+            Ok(groups.into_values().flatten().collect())
+        };
+        self.within("operations", self.call_deadline(), fut).await
+    }
+
     pub async fn operation(&self, id: &str) -> Result<Operation> {
         let fut = self.get("/1.0/operations", &[id], None);
         self.within("operation", self.call_deadline(), fut).await
@@ -174,7 +186,7 @@ impl IncusClient {
     }
 
     /// The installed applications and their running versions (`None` when the server does not say).
-    pub async fn applications(&self) -> Result<BTreeMap<String, Option<String>>> {
+    pub async fn applications(&self) -> Result<BTreeMap<String, ApplicationState>> {
         let fut = async {
             let urls: Vec<String> = self.get("/os/1.0/applications", &[], None).await?;
             let mut versions = BTreeMap::new();
@@ -188,7 +200,7 @@ impl IncusClient {
                     continue;
                 };
                 let app: Application = self.get("/os/1.0/applications", &[name], None).await?;
-                versions.insert(name.to_owned(), app.state.version);
+                versions.insert(name.to_owned(), app.state);
             }
             Ok(versions)
         };

@@ -27,7 +27,7 @@ pub use config::{FENCE_HEADER, Fence, IncusConfig, RetryPolicy};
 pub use error::{BoxError, Error, ErrorClass, Result};
 pub use limiter::ServerLimiter;
 pub use model::{
-    Cluster, ClusterMember, MemberStatus, Operation, OperationRef, OperationStatus, OsEnvironment, OsInfo,
-    UpdateInfo, UpdateState,
+    ApplicationState, Cluster, ClusterMember, MemberStatus, Operation, OperationRef, OperationStatus,
+    OsEnvironment, OsInfo, UpdateInfo, UpdateState,
 };
 pub use tls::{CertPin, ClientIdentity, ServerTrust};

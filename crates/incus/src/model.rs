@@ -273,10 +273,25 @@ pub(crate) struct Application {
     pub state: ApplicationState,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
-pub(crate) struct ApplicationState {
+/// An installed application's versions: the one running, and the ones it has (a staged update among them) that
+/// a restart or the next boot may switch to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct ApplicationState {
     #[serde(default)]
     pub version: Option<String>,
+    #[serde(default)]
+    pub available_versions: Vec<String>,
+}
+
+impl ApplicationState {
+    /// The newest version the application runs or has staged.
+    pub fn newest(&self) -> Option<&str> {
+        self.available_versions
+            .iter()
+            .map(String::as_str)
+            .chain(self.version.as_deref())
+            .max()
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,136 @@
+//! A rack whose servers are deployed, registered and formed into one Incus cluster, as an operator would have it
+//! before asking racklift for a rolling operation: the cluster is formed by its administrator (the simulator's
+//! control API stands in for `incus cluster join`), then created in racklift through the API.
+
+use std::time::Duration;
+
+use racklift_bmc_sim::{Personality, PersonalityChoice};
+use racklift_deploy::{Config, State};
+use serde_json::{Value, json};
+
+use crate::rack::Rack;
+
+/// The cluster's name, in the simulator and in racklift.
+pub const CLUSTER: &str = "c1";
+
+pub struct ClusterRack {
+    pub rack: Rack,
+    pub names: Vec<String>,
+}
+
+impl ClusterRack {
+    /// `servers` generic servers at time scale 0.002, deployed, clustered and created in racklift with no
+    /// post-restore delay.
+    pub async fn start(servers: usize) -> ClusterRack {
+        ClusterRack::start_with(servers, Config::for_simulation(0.002)).await
+    }
+
+    /// As [`ClusterRack::start`], the API and workers running `config`.
+    pub async fn start_with(servers: usize, config: Config) -> ClusterRack {
+        let rack = Rack::start_with_config(
+            servers,
+            PersonalityChoice::Single(Personality::Generic),
+            0.002,
+            config,
+        )
+        .await;
+        rack.deploy_all().await;
+        let mut names = Vec::new();
+        for i in 0..servers {
+            let name = rack.sim.name(i).to_owned();
+            let d = rack.wait_finished(&name, Duration::from_secs(120)).await;
+            assert_eq!(
+                d.deployment.machine.state,
+                State::Completed,
+                "{name}: {:?}\n{}",
+                d.deployment.machine.failure,
+                rack.event_log(&name).await
+            );
+            names.push(name);
+        }
+        rack.sim
+            .form_cluster(CLUSTER, &(0..servers).collect::<Vec<_>>())
+            .expect("the simulated servers form a cluster");
+        let c = ClusterRack { rack, names };
+        let (status, body) = c
+            .post(
+                "/1.0/provisioning/clusters",
+                json!({"name": CLUSTER, "servers": c.names, "post_restore_delay_secs": 0}),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        c.rack.sim.reset_cluster_audit(CLUSTER);
+        c
+    }
+
+    /// POSTs `body` to `path` as the admin; the status and the JSON answer.
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .rack
+            .http
+            .post(format!("{}{path}", self.rack.api_url))
+            .bearer_auth(&self.rack.catalog.admin_token)
+            .json(&body)
+            .send()
+            .await
+            .expect("the API answers");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Starts `action` (`update`, `reboot`, `cancel-operation`, `pause`, `resume`) on the cluster.
+    pub async fn action(&self, action: &str, body: Value) -> (u16, Value) {
+        self.post(&format!("/1.0/provisioning/clusters/{CLUSTER}:{action}"), body)
+            .await
+    }
+
+    /// The cluster as the API shows it.
+    pub async fn show(&self) -> Value {
+        self.rack
+            .http
+            .get(format!(
+                "{}/1.0/provisioning/clusters/{CLUSTER}",
+                self.rack.api_url
+            ))
+            .bearer_auth(&self.rack.catalog.admin_token)
+            .send()
+            .await
+            .expect("the API answers")
+            .json()
+            .await
+            .expect("a cluster view")
+    }
+
+    /// Waits until the cluster's operation satisfies `done` and returns the cluster's view; on timeout fails
+    /// with the last view.
+    pub async fn wait_for(&self, what: &str, limit: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let view = self.show().await;
+            if done(&view["operation"]) {
+                return view;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what} not reached within {limit:?}:\n{view:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until the operation is no longer running.
+    pub async fn wait_ended(&self, limit: Duration) -> Value {
+        self.wait_for("the operation's end", limit, |op| {
+            op["status"].as_str().is_some_and(|s| s != "running")
+        })
+        .await
+    }
+
+    /// The member (hostname) name of server `i` in the simulator's cluster audit.
+    pub fn hostname(&self, i: usize) -> String {
+        self.rack.sim.truth(i)["os"]["hostname"]
+            .as_str()
+            .expect("an installed server has a hostname")
+            .to_owned()
+    }
+}
