@@ -15,8 +15,9 @@ use racklift_deploy::facts::{CancelRequest, MediaProgress};
 use racklift_deploy::{Action, Config, Decision, Deployment, Facts, Jitter, Terminal, apply_outcome, decide};
 use racklift_queue::{Failure, HandlerResult, JobContext, JobRef, Outcome, Queue, RunAt};
 use racklift_redfish::{BmcClient, SlotRef};
-use racklift_store::{ApiFacts, DeploymentRecord, Server, Store, StoreError, queue_error, step_job};
-use serde::Deserialize;
+use racklift_store::{
+    ApiFacts, DeploymentRecord, DeploymentStep, Server, Store, StoreError, queue_error, step_job,
+};
 use serde_json::{Value, json};
 
 use crate::deploy_bmc::{self, ActContext};
@@ -30,11 +31,6 @@ pub struct DeployStep {
     pub certificates: Arc<CertificateSet>,
     /// BMC clients kept across leases (connection pools, discovered resource paths).
     pub clients: racklift_bmc_access::ClientCache,
-}
-
-#[derive(Deserialize)]
-struct Payload {
-    deployment_id: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +59,7 @@ enum End {
 
 impl DeployStep {
     pub async fn run(self, ctx: JobContext) -> HandlerResult {
-        let payload: Payload = ctx
+        let payload: DeploymentStep = ctx
             .job
             .payload()
             .map_err(|e| Failure::fatal(format!("deployment step payload: {e}")))?;

@@ -1,14 +1,15 @@
 //! Ad-hoc BMC actions (power, virtual media) requested through the API: each is a job on the server's resource
 //! key, so it never runs beside a deployment step or another action on the same BMC.
 
-use racklift_queue::{Enqueued, NewJob, Queue, RequestKey};
+use racklift_queue::{Enqueued, JobPayload, Queue, RequestKey};
 use serde::{Deserialize, Serialize};
 
 use crate::deployments::queue_error;
 use crate::{Store, StoreError};
 
 /// The job kind ad-hoc actions run as.
-pub const BMC_ACTION_KIND: &str = "bmc.action";
+/// The job kind of [`BmcActionPayload`].
+pub const BMC_ACTION_KIND: &str = <BmcActionPayload as JobPayload>::KIND;
 
 /// What an operator asked the BMC to do; desired state, so re-running it is harmless.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +40,10 @@ pub struct BmcActionPayload {
     #[serde(flatten)]
     pub action: BmcAction,
     pub requested_by: String,
+}
+
+impl JobPayload for BmcActionPayload {
+    const KIND: &'static str = "bmc.action";
 }
 
 /// What an idempotency key of an ad-hoc action is held against: the scope and the request's fingerprint.
@@ -82,7 +87,7 @@ impl Store {
         payload: &BmcActionPayload,
         idempotency_key: Option<&str>,
     ) -> Result<(i64, bool), StoreError> {
-        let mut job = NewJob::new(BMC_ACTION_KIND, payload).map_err(queue_error)?;
+        let mut job = payload.new_job();
         job.resource_key = Some(format!("server/{}", payload.server));
         job.max_attempts = 5;
         let mut tx = self.pool.begin().await?;

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use racklift_deploy::{Deployment, Machine, Plan};
-use racklift_queue::{NewJob, Queue, QueueError};
+use racklift_queue::{JobPayload, NewJob, Queue, QueueError};
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::PgConnection;
@@ -114,13 +114,22 @@ pub struct NewDeployment {
     pub expected_hostname: Option<String>,
 }
 
+/// The payload of a deployment's step job.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeploymentStep {
+    pub deployment_id: i64,
+}
+
+impl JobPayload for DeploymentStep {
+    const KIND: &'static str = "deployment.step";
+}
+
 /// The job kind every deployment step runs as.
-pub const STEP_KIND: &str = "deployment.step";
+pub const STEP_KIND: &str = <DeploymentStep as JobPayload>::KIND;
 
 /// The live step job of a deployment: one per server (resource key), one per transition (idempotency key).
 pub fn step_job(deployment_id: i64, server: &str, seq: u64) -> NewJob {
-    let mut job = NewJob::new(STEP_KIND, &serde_json::json!({ "deployment_id": deployment_id }))
-        .expect("a JSON object always serialises");
+    let mut job = DeploymentStep { deployment_id }.new_job();
     job.idempotency_key = Some(format!("deployment/{deployment_id}/{seq}"));
     job.resource_key = Some(format!("server/{server}"));
     // Retries of a step are counted by the state machine; the queue's attempts only catch a crashing worker.

@@ -28,7 +28,7 @@ pub use clusters::{
     Cluster, ClusterOperation, ClusterStep, IncusEndpoint, NewCluster, OperationControl, OperationStatus,
     RunUpdate,
 };
-pub use deployments::{DeploymentRecord, NewDeployment, STEP_KIND, queue_error, step_job};
+pub use deployments::{DeploymentRecord, DeploymentStep, NewDeployment, STEP_KIND, queue_error, step_job};
 pub use error::StoreError;
 pub use events::Event;
 pub use identity::{CLIENT_IDENTITY_NAME, ClientIdentity};
