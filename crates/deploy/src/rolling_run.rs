@@ -292,6 +292,49 @@ impl RollingRun {
         })
     }
 
+    /// A new run retrying `failed` (spec 001: relaunching rewinds stale records): the servers the failed run
+    /// restarted stay done, and are not restarted again; every other server's record starts fresh, as at
+    /// launch, but for what only the failed run knows: whether the server was evacuated before any run touched
+    /// it (the facts now would mistake the failed run's own evacuation for an operator's), and for an update
+    /// whether a staged update still owes its reboot. The update phase re-derives the rest from fresh facts.
+    pub fn resume_from(failed: &RollingRun) -> RollingRun {
+        let servers = failed
+            .servers
+            .iter()
+            .map(|s| {
+                // Done and owing no reboot: restarted by the failed run (a cancel marks the servers it leaves
+                // done with their reboot still owed; those are rewound like the rest).
+                if s.done && !s.update.reboot_pending {
+                    return RunServer {
+                        update_skipped: true,
+                        operation: None,
+                        ..s.clone()
+                    };
+                }
+                RunServer {
+                    name: s.name.clone(),
+                    update: ServerUpdate {
+                        reboot_pending: failed.kind == RunKind::Reboot || s.update.reboot_pending,
+                        keep_evacuated: s.update.keep_evacuated,
+                        ..ServerUpdate::default()
+                    },
+                    member_name: s.member_name.clone(),
+                    ..RunServer::default()
+                }
+            })
+            .collect();
+        RollingRun {
+            kind: failed.kind.clone(),
+            phase: match failed.kind {
+                RunKind::Reboot => Phase::Restart,
+                RunKind::Update { .. } => Phase::Update,
+            },
+            servers,
+            gate_closed_since: None,
+            canceling: false,
+        }
+    }
+
     /// The server the restart phase is on (the first not done), if any.
     pub fn current(&self) -> Option<&RunServer> {
         self.servers.iter().find(|s| !s.done)
@@ -369,7 +412,9 @@ pub fn observe(s: &mut RunServer, f: &MemberFacts) -> RollingState {
     if rebooting && !s.went_down {
         return RS::InMaintenanceRebooting;
     }
-    if f.operation_running && s.operation.is_some() {
+    // The step's own operation still runs, or (its URL lost with a worker that died before recording it) the
+    // member still has an operation of its own running.
+    if (f.operation_running && s.operation.is_some()) || (s.operation.is_none() && f.busy.is_some()) {
         match s.update.step {
             Some(RollingStep::Evacuate) => return RS::Evacuating,
             Some(RollingStep::Restore) => return RS::InMaintenanceRestoring,

@@ -1,0 +1,160 @@
+//! The worker driving a rolling reboot dies mid-run: `kill -9` of the `racklift worker` process holding the
+//! cluster's job, twice, while other workers run. The run must finish, every member rebooted exactly once, never
+//! two members out at once, and no Incus mutation stale or unfenced (the simulator's cluster audit).
+
+use std::time::Duration;
+
+use racklift_bmc_sim::{Personality, PersonalityChoice};
+use racklift_deploy::State;
+use racklift_tests::Racklift;
+use racklift_tests::cluster::CLUSTER;
+use racklift_tests::rack::Rack;
+use serde_json::{Value, json};
+
+const SCALE: f64 = 0.01;
+const MEMBERS: usize = 4;
+
+fn worker(rack: &Rack) -> Racklift {
+    let secrets = rack.secrets_dir();
+    Racklift::spawn_with(
+        &[
+            "worker",
+            "--sim-time-scale",
+            &SCALE.to_string(),
+            "--lease-ttl-ms",
+            "3000",
+            "--rescue-interval-ms",
+            "500",
+            "--poll-interval-ms",
+            "200",
+        ],
+        &rack.db.url,
+        &[
+            ("RACKLIFT_PATHS__SECRETS_DIR", secrets.as_os_str()),
+            // No pause between a restore and the next evacuation: the test is about takeovers, not settling.
+            ("RACKLIFT_DEPLOY__ROLLING__POST_RESTORE_DELAY_SECS", "0".as_ref()),
+        ],
+    )
+}
+
+/// The pid of the worker process holding the cluster's job, once one does.
+async fn holder(rack: &Rack) -> i32 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let leased: Option<String> =
+            sqlx::query_scalar("SELECT leased_by FROM jobs WHERE resource_key = $1 AND state = 'running'")
+                .bind(format!("cluster/{CLUSTER}"))
+                .fetch_optional(&rack.db.pool)
+                .await
+                .ok()
+                .flatten();
+        if let Some(pid) = leased.and_then(|l| l.split(':').nth(1).and_then(|p| p.parse().ok())) {
+            return pid;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no worker took the cluster's job"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn operation(rack: &Rack) -> Value {
+    let view: Value = rack
+        .http
+        .get(format!("{}/1.0/provisioning/clusters/{CLUSTER}", rack.api_url))
+        .bearer_auth(&rack.catalog.admin_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    view["operation"].clone()
+}
+
+async fn wait_done(rack: &Rack, done: u64) {
+    racklift_testdb::wait_for(Duration::from_secs(120), "members done", || async {
+        let op = operation(rack).await;
+        op["done"].as_u64() >= Some(done) || op["status"] != "running"
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_worker_that_drives_a_rolling_reboot_loses_nothing() {
+    let rack = Rack::start_with(
+        MEMBERS,
+        PersonalityChoice::Single(Personality::Generic),
+        SCALE,
+        false,
+    )
+    .await;
+    let mut workers = vec![worker(&rack), worker(&rack)];
+    rack.deploy_all().await;
+    for i in 0..MEMBERS {
+        let name = rack.sim.name(i).to_owned();
+        let d = rack.wait_finished(&name, Duration::from_secs(180)).await;
+        assert_eq!(d.deployment.machine.state, State::Completed, "{name}");
+    }
+    rack.sim
+        .form_cluster(CLUSTER, &(0..MEMBERS).collect::<Vec<_>>())
+        .unwrap();
+    let names: Vec<String> = (0..MEMBERS).map(|i| rack.sim.name(i).to_owned()).collect();
+    let r = rack
+        .http
+        .post(format!("{}/1.0/provisioning/clusters", rack.api_url))
+        .bearer_auth(&rack.catalog.admin_token)
+        .json(&json!({"name": CLUSTER, "servers": names}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    rack.sim.reset_cluster_audit(CLUSTER);
+    let r = rack
+        .http
+        .post(format!(
+            "{}/1.0/provisioning/clusters/{CLUSTER}:reboot",
+            rack.api_url
+        ))
+        .bearer_auth(&rack.catalog.admin_token)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+
+    // Twice: kill the holder of the cluster's job as soon as it holds it, after a member is done, and start a
+    // fresh worker so two keep running.
+    for done in [0, 1] {
+        wait_done(&rack, done).await;
+        let pid = holder(&rack).await;
+        let at = workers
+            .iter()
+            .position(|w| w.pid() == pid)
+            .expect("the holder is one of the test's workers");
+        workers[at].signal("KILL");
+        let _ = workers[at].child.wait().await;
+        workers.remove(at);
+        workers.push(worker(&rack));
+    }
+
+    racklift_testdb::wait_for(Duration::from_secs(180), "the run's end", || async {
+        operation(&rack).await["status"] != "running"
+    })
+    .await;
+    let op = operation(&rack).await;
+    assert_eq!(op["status"], "completed", "{op:#}");
+    let audit = rack.sim.cluster_audit(CLUSTER).unwrap();
+    assert_eq!(audit.max_evacuated_at_once, 1, "{audit:#?}");
+    assert_eq!(audit.unfenced_mutations, 0, "{audit:#?}");
+    assert!(audit.stale_mutations.is_empty(), "{audit:#?}");
+    for i in 0..MEMBERS {
+        let hostname = rack.sim.truth(i)["os"]["hostname"].as_str().unwrap().to_owned();
+        let counts = &audit.members[&hostname];
+        assert_eq!(counts.reboots, 1, "{}: {audit:#?}", names[i]);
+        assert_eq!(counts.evacuations, 1, "{}: {audit:#?}", names[i]);
+        assert_eq!(counts.restores, 1, "{}: {audit:#?}", names[i]);
+    }
+    rack.stop().await;
+}
