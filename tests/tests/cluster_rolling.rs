@@ -386,3 +386,112 @@ async fn launches_are_idempotent_and_refused_for_busy_clusters_with_the_reason()
     );
     c.rack.stop().await;
 }
+
+/// Starts a rolling reboot with `faults` on member `i` and waits for its end.
+async fn reboot_with_fault(c: &ClusterRack, i: usize, faults: Faults) -> Value {
+    c.rack.sim.set_faults(i, faults);
+    let (status, started) = c.action("reboot", json!({})).await;
+    assert_eq!(status, 202, "{started}");
+    c.wait_ended(RUN_LIMIT).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restore_that_keeps_failing_ends_the_run_naming_the_restore() {
+    let c = ClusterRack::start_with(3, short_budgets()).await;
+    let faults = Faults {
+        restore_fails: true,
+        ..Faults::default()
+    };
+    let view = reboot_with_fault(&c, 0, faults).await;
+    let op = &view["operation"];
+    assert_eq!(op_status(&view), "failed", "{view:#}");
+    assert_eq!(op["failed_server"], c.names[0], "{view:#}");
+    assert_eq!(op["failed_step"], "restore", "{view:#}");
+    let audit = c.rack.sim.cluster_audit(CLUSTER).unwrap();
+    assert_eq!(audit.members[&c.hostname(0)].restores, 3, "{audit:#?}");
+    assert_eq!(audit.members[&c.hostname(0)].reboots, 1, "{audit:#?}");
+    assert!(!audit.members.contains_key(&c.hostname(1)), "{audit:#?}");
+    c.rack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_evacuation_that_hangs_is_given_its_time_then_ends_the_run() {
+    let c = ClusterRack::start_with(3, short_budgets()).await;
+    let faults = Faults {
+        evacuate_hangs: true,
+        ..Faults::default()
+    };
+    let view = reboot_with_fault(&c, 1, faults).await;
+    let op = &view["operation"];
+    assert_eq!(op_status(&view), "failed", "{view:#}");
+    assert_eq!(op["failed_server"], c.names[1], "{view:#}");
+    assert_eq!(op["failed_step"], "evacuate", "{view:#}");
+    // A member still evacuating is never rebooted.
+    let audit = c.rack.sim.cluster_audit(CLUSTER).unwrap();
+    assert_eq!(audit.members[&c.hostname(1)].reboots, 0, "{audit:#?}");
+    assert_eq!(audit.max_evacuated_at_once, 1, "{audit:#?}");
+    c.rack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn incus_errors_and_resets_for_a_while_are_ridden_through() {
+    let c = ClusterRack::start(3).await;
+    // A launch that cannot read a member says so rather than guessing.
+    c.rack.sim.set_faults(
+        2,
+        Faults {
+            incus_reset: true,
+            ..Faults::default()
+        },
+    );
+    let (status, refused) = c.action("reboot", json!({})).await;
+    assert_eq!(status, 502, "{refused}");
+    assert_eq!(refused["error"]["code"], "incus_unreachable", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&c.names[2])),
+        "{refused}"
+    );
+    c.rack.sim.set_faults(2, Faults::default());
+
+    let (status, _) = c.action("reboot", json!({})).await;
+    assert_eq!(status, 202);
+    c.wait_for("the first member done", RUN_LIMIT, |op| {
+        op["done"].as_u64() >= Some(1)
+    })
+    .await;
+    for (i, faults) in [
+        (
+            1,
+            Faults {
+                incus_status: Some(503),
+                incus_remaining: Some(4),
+                ..Faults::default()
+            },
+        ),
+        (
+            2,
+            Faults {
+                incus_reset: true,
+                incus_remaining: Some(4),
+                ..Faults::default()
+            },
+        ),
+    ] {
+        c.rack.sim.set_faults(i, faults);
+    }
+    let view = c.wait_ended(RUN_LIMIT).await;
+    assert_eq!(op_status(&view), "completed", "{view:#}");
+    let audit = c.rack.sim.cluster_audit(CLUSTER).unwrap();
+    assert_eq!(audit.max_evacuated_at_once, 1, "{audit:#?}");
+    for i in 0..3 {
+        assert_eq!(
+            audit.members[&c.hostname(i)].reboots,
+            1,
+            "{}: {audit:#?}",
+            c.names[i]
+        );
+    }
+    c.rack.stop().await;
+}
