@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use racklift_bmc_access::incus::ClusterCheckError;
 use racklift_deploy::rolling_run::{LaunchRefused, RollingRun, RunKind};
+use racklift_deploy::rolling_window::{DailyWindow, Schedule, ScheduleError};
 use racklift_store::{NewCluster, OperationControl, StoreError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -54,6 +55,13 @@ pub struct UpdateRequest {
     #[serde(default)]
     #[schema(max_items = 32, example = json!([]))]
     pub applications: Vec<String>,
+    /// Start no member before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-24T22:00:00Z")]
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Start members only inside this daily window (UTC); one in flight when it closes is finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<DailyWindow>,
 }
 
 /// Why an operator cancels, pauses or resumes; kept with the operation.
@@ -65,10 +73,30 @@ pub struct ControlRequest {
     pub reason: Option<String>,
 }
 
-/// An empty body, the only one `:reboot` takes.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+/// When a rolling reboot may start its members; an empty body starts it now.
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RebootRequest {}
+pub struct RebootRequest {
+    /// Start no member before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-24T22:00:00Z")]
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Start members only inside this daily window (UTC); one in flight when it closes is finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<DailyWindow>,
+}
+
+fn schedule(not_before: Option<chrono::DateTime<chrono::Utc>>, window: Option<DailyWindow>) -> Result<Schedule, ApiError> {
+    let schedule = Schedule { not_before, window };
+    schedule.validate().map_err(|e| {
+        let field = match e {
+            ScheduleError::Start => "window.start_utc",
+            ScheduleError::Duration => "window.duration_secs",
+        };
+        ApiError::invalid(field, e.to_string())
+    })?;
+    Ok(schedule)
+}
 
 /// List clusters with their operation in progress (or their last one).
 #[utoipa::path(get, path = "/1.0/provisioning/clusters", tag = "clusters", security(("bearer" = ["viewer"])),
@@ -260,11 +288,12 @@ pub async fn update_action(
     for (i, a) in req.applications.iter().enumerate() {
         validate::name(&format!("applications.{i}"), a)?;
     }
+    let schedule = schedule(req.not_before, req.window)?;
     let kind = RunKind::Update {
         os_only: req.os_only,
         applications: req.applications,
     };
-    launch(&state, &caller, &name, &headers, kind).await
+    launch(&state, &caller, &name, &headers, kind, schedule).await
 }
 
 /// Start a rolling reboot of every server, one at a time (every server must be idle).
@@ -273,7 +302,7 @@ pub async fn update_action(
     params(("name" = String, Path, example = "rack1", description = "Cluster name"),
         ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$",
             description = "1 to 255 visible ASCII characters")),
-    request_body(content = Option<RebootRequest>, description = "Optional; an empty body is {}"),
+    request_body(content = Option<RebootRequest>, description = "Optional; an empty body is {}: start now"),
     responses(
         (status = 202, description = "Operation started", body = ClusterView),
         (status = 200, description = "The operation this Idempotency-Key already started", body = ClusterView),
@@ -287,9 +316,10 @@ pub async fn reboot_action(
     Operator(caller): Operator,
     Path(name): Path<String>,
     headers: HeaderMap,
-    ActionBody(_): ActionBody<RebootRequest>,
+    ActionBody(req): ActionBody<RebootRequest>,
 ) -> Result<Response, ApiError> {
-    launch(&state, &caller, &name, &headers, RunKind::Reboot).await
+    let schedule = schedule(req.not_before, req.window)?;
+    launch(&state, &caller, &name, &headers, RunKind::Reboot, schedule).await
 }
 
 async fn launch(
@@ -298,6 +328,7 @@ async fn launch(
     name: &str,
     headers: &HeaderMap,
     kind: RunKind,
+    schedule: Schedule,
 ) -> Result<Response, ApiError> {
     let store = &state.store;
     let key = idempotency_key(headers)?;
@@ -314,7 +345,8 @@ async fn launch(
     }
     let endpoints = store.cluster_endpoints(name).await?;
     let facts = state.incus.poll(&endpoints).await.map_err(cluster_check_error)?;
-    let run = RollingRun::launch(kind, &facts).map_err(launch_refused)?;
+    let mut run = RollingRun::launch(kind, &facts).map_err(launch_refused)?;
+    run.schedule = schedule;
     let (op, created) = store
         .start_cluster_operation(&state.queue, name, &run, key.as_deref(), caller.name())
         .await

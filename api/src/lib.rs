@@ -50,7 +50,7 @@ pub use media::{MAX_RANGES, RangePlan, plan_ranges};
 pub mod fuzzing;
 
 /// The cluster requests and views, for clients (the CLI) that send and decode them.
-pub use clusters::{ClusterCreate, ControlRequest, UpdateRequest};
+pub use clusters::{ClusterCreate, ControlRequest, RebootRequest, UpdateRequest};
 pub use views::{ClusterOperationView, ClusterServerView, ClusterView};
 
 /// Settings of the media server.

@@ -229,6 +229,10 @@ pub struct ClusterOperationView {
     pub applications: Vec<String>,
     pub cancel_requested: bool,
     pub pause_requested: bool,
+    /// When members may be started: not before a time, inside a daily window.
+    pub schedule: racklift_deploy::rolling_window::Schedule,
+    /// Set while the schedule holds the next member back: when it may start.
+    pub next_start: Option<DateTime<Utc>>,
     pub servers: Vec<ClusterServerView>,
     pub requested_by: String,
     pub created_at: DateTime<Utc>,
@@ -259,7 +263,16 @@ impl ClusterOperationView {
         let (done, total) = run.progress();
         let current = if op.status.is_live() { run.current() } else { None };
         let step = current.and_then(|s| s.update.step).map(step_name);
+        let next_start = if op.status.is_live() && !run.canceling {
+            run.schedule.next_start(Utc::now())
+        } else {
+            None
+        };
         let status_description = match (op.status, current) {
+            (racklift_store::OperationStatus::Running, Some(s)) if s.update.step.is_none() && next_start.is_some() => {
+                let at = next_start.map(|t| t.to_rfc3339()).unwrap_or_default();
+                format!("[{}/{total}] Waiting for the maintenance window to start server {} at {at}", done + 1, s.name)
+            }
             (racklift_store::OperationStatus::Running, Some(s)) => {
                 let doing = match (run.phase, step) {
                     (Phase::Update, _) => "Updating servers".to_owned(),
@@ -314,6 +327,8 @@ impl ClusterOperationView {
             applications,
             cancel_requested: op.cancel_requested,
             pause_requested: op.pause_requested,
+            schedule: run.schedule.clone(),
+            next_start,
             servers: run
                 .servers
                 .iter()

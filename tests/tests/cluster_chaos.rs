@@ -149,12 +149,12 @@ async fn killing_the_worker_that_drives_a_rolling_reboot_loses_nothing() {
     assert_eq!(audit.max_evacuated_at_once, 1, "{audit:#?}");
     assert_eq!(audit.unfenced_mutations, 0, "{audit:#?}");
     assert!(audit.stale_mutations.is_empty(), "{audit:#?}");
-    for i in 0..MEMBERS {
+    for (i, name) in names.iter().enumerate() {
         let hostname = rack.sim.truth(i)["os"]["hostname"].as_str().unwrap().to_owned();
         let counts = &audit.members[&hostname];
-        assert_eq!(counts.reboots, 1, "{}: {audit:#?}", names[i]);
-        assert_eq!(counts.evacuations, 1, "{}: {audit:#?}", names[i]);
-        assert_eq!(counts.restores, 1, "{}: {audit:#?}", names[i]);
+        assert_eq!(counts.reboots, 1, "{name}: {audit:#?}");
+        assert_eq!(counts.evacuations, 1, "{name}: {audit:#?}");
+        assert_eq!(counts.restores, 1, "{name}: {audit:#?}");
     }
     rack.stop().await;
 }

@@ -34,6 +34,21 @@ fn assert_rolled_once_each(c: &ClusterRack, kept_evacuated: &[usize]) {
     }
 }
 
+/// As [`assert_rolled_once_each`] for a cluster of `members`.
+fn assert_rolled_once_each_of(c: &ClusterRack, members: usize) {
+    let audit = c.rack.sim.cluster_audit(CLUSTER).expect("the cluster's audit");
+    assert_eq!(audit.max_evacuated_at_once, 1, "{audit:#?}");
+    for i in 0..members {
+        let counts = &audit.members[&c.hostname(i)];
+        assert_eq!(
+            (counts.evacuations, counts.reboots, counts.restores),
+            (1, 1, 1),
+            "{}: {audit:#?}",
+            c.names[i]
+        );
+    }
+}
+
 fn op_status(view: &Value) -> &str {
     view["operation"]["status"].as_str().unwrap_or("none")
 }
@@ -493,5 +508,42 @@ async fn incus_errors_and_resets_for_a_while_are_ridden_through() {
             c.names[i]
         );
     }
+    c.rack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_waits_for_its_not_before_time_and_refuses_an_unreadable_window() {
+    let c = ClusterRack::start(2).await;
+    let (status, refused) = c
+        .action(
+            "reboot",
+            json!({"window": {"start_utc": "25:00", "duration_secs": 3600}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["field"], "window.start_utc", "{refused}");
+
+    let not_before = chrono::Utc::now() + chrono::TimeDelta::seconds(4);
+    let (status, started) = c
+        .action("reboot", json!({"not_before": not_before.to_rfc3339()}))
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let waiting = c
+        .wait_for("the schedule shown", RUN_LIMIT, |op| op["next_start"].is_string())
+        .await;
+    assert!(
+        waiting["operation"]["status_description"]
+            .as_str()
+            .is_some_and(|d| d.contains("Waiting for the maintenance window")),
+        "{waiting:#}"
+    );
+    // Before the time, no member was asked anything.
+    let audit = c.rack.sim.cluster_audit(CLUSTER).unwrap();
+    if chrono::Utc::now() < not_before {
+        assert!(audit.members.is_empty(), "{audit:#?}");
+    }
+    let view = c.wait_ended(RUN_LIMIT).await;
+    assert_eq!(op_status(&view), "completed", "{view:#}");
+    assert_rolled_once_each_of(&c, 2);
     c.rack.stop().await;
 }

@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use racklift_api::{
-    ClusterCreate, ClusterOperationView, ClusterServerView, ClusterView, ControlRequest, UpdateRequest,
+    ClusterCreate, ClusterOperationView, ClusterServerView, ClusterView, ControlRequest, RebootRequest,
+    UpdateRequest,
 };
+use racklift_deploy::rolling_window::DailyWindow;
 use racklift_store::OperationStatus;
 use serde_json::Value;
 
@@ -78,6 +80,8 @@ enum ClusterCommand {
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
         #[command(flatten)]
+        schedule: ScheduleArgs,
+        #[command(flatten)]
         wait: WaitArgs,
         /// Print the API's JSON instead of a sentence.
         #[arg(long, conflicts_with = "wait")]
@@ -90,6 +94,8 @@ enum ClusterCommand {
         /// Makes a retried request answer with the operation it started instead of "operation running".
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
+        #[command(flatten)]
+        schedule: ScheduleArgs,
         #[command(flatten)]
         wait: WaitArgs,
         /// Print the API's JSON instead of a sentence.
@@ -131,6 +137,30 @@ enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// When the operation may start its members.
+#[derive(clap::Args)]
+struct ScheduleArgs {
+    /// Start no member before this time (RFC 3339, e.g. 2026-12-24T22:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    not_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Start members only inside a daily window (UTC) opening at HH:MM; one in flight when it closes is
+    /// finished.
+    #[arg(long, value_name = "HH:MM", requires = "window_length")]
+    window_start: Option<String>,
+    /// How long the daily window stays open, e.g. 4h.
+    #[arg(long, value_name = "DURATION", requires = "window_start", value_parser = whole_seconds)]
+    window_length: Option<u64>,
+}
+
+impl ScheduleArgs {
+    fn window(&self) -> Option<DailyWindow> {
+        Some(DailyWindow {
+            start_utc: self.window_start.clone()?,
+            duration_secs: self.window_length?,
+        })
+    }
 }
 
 /// `--wait` and its poll interval; flattened into the verbs that start or end an operation.
@@ -258,12 +288,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             os_only,
             applications,
             idempotency_key,
+            schedule,
             wait,
             json,
         } => {
             let body = serde_json::to_value(UpdateRequest {
                 os_only,
                 applications,
+                not_before: schedule.not_before,
+                window: schedule.window(),
             })?;
             let request = Request {
                 action: Action::Update,
@@ -275,12 +308,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ClusterCommand::Reboot {
             name,
             idempotency_key,
+            schedule,
             wait,
             json,
         } => {
             let request = Request {
                 action: Action::Reboot,
-                body: serde_json::json!({}),
+                body: serde_json::to_value(RebootRequest {
+                    not_before: schedule.not_before,
+                    window: schedule.window(),
+                })?,
                 idempotency_key,
             };
             act(&client, &name, request, Some(wait), json).await

@@ -54,6 +54,7 @@ pub mod reboot;
 pub mod record;
 pub mod rolling;
 pub mod rolling_run;
+pub mod rolling_window;
 pub mod secure_boot;
 pub mod table;
 pub mod triage;

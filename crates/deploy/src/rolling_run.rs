@@ -205,6 +205,9 @@ pub struct RollingRun {
     /// A cancel was requested: the current server is restored, the others are left alone.
     #[serde(default)]
     pub canceling: bool,
+    /// When the next member may be started (not before a time, inside a daily window).
+    #[serde(default)]
+    pub schedule: crate::rolling_window::Schedule,
 }
 
 /// Why a run cannot be launched, for the 4xx answer.
@@ -289,6 +292,7 @@ impl RollingRun {
             servers,
             gate_closed_since: None,
             canceling: false,
+            schedule: crate::rolling_window::Schedule::default(),
         })
     }
 
@@ -332,6 +336,7 @@ impl RollingRun {
             servers,
             gate_closed_since: None,
             canceling: false,
+            schedule: failed.schedule.clone(),
         }
     }
 
@@ -623,6 +628,14 @@ fn decide_restart(
             RollingDecision::Trigger(step) => {
                 if step == RollingStep::Evacuate {
                     let name = s.name.clone();
+                    // Starting the next member: only inside the run's schedule (what is in flight is finished).
+                    if !run.canceling
+                        && let Some(at) = run.schedule.next_start(now)
+                    {
+                        return RunDecision::Wait {
+                            until: at.min(now + secs(cfg.poll_interval_secs.max(60))),
+                        };
+                    }
                     if let Some(reason) = unhealthy_other(run, facts, &name) {
                         let reason =
                             format!("{reason}; {name} is not evacuated while the cluster is degraded");

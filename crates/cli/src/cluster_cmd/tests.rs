@@ -12,6 +12,7 @@ fn op(fields: Value) -> ClusterOperationView {
         "status_reason": null, "failed_server": null, "failed_step": null,
         "first_error": null, "last_error": null, "os_only": false, "applications": [],
         "cancel_requested": false, "pause_requested": false,
+        "schedule": { "not_before": null, "window": null }, "next_start": null,
         "servers": [{ "name": "s1", "step": null, "step_triggered_at": null, "attempts": 0,
                       "reboot_pending": false, "kept_evacuated": false, "done": true,
                       "first_error": null, "last_error": null }],
@@ -224,6 +225,7 @@ fn bodies_are_what_the_api_takes() {
     let update = UpdateRequest {
         os_only: true,
         applications: Vec::new(),
+        ..UpdateRequest::default()
     };
     assert_eq!(
         serde_json::to_value(&update).unwrap(),
