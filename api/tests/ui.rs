@@ -313,3 +313,187 @@ async fn bulk_retry_needs_a_filter_and_retries_the_group() {
     );
     api.stop().await;
 }
+
+/// A three-member cluster whose rolling reboot restarted the first server, then failed evacuating the second
+/// (seeded in the store: no worker runs here).
+async fn failed_cluster_run(api: &Api, seed: &Seed) -> i64 {
+    use racklift_deploy::rolling_run::{MemberFacts, MemberStatus, RollingRun, RunKind};
+    use racklift_store::{NewCluster, OperationStatus, RunUpdate};
+    let names = ["node1", "node2", "node3"];
+    for n in names {
+        seed.server(api, n, "dell").await;
+    }
+    api.store
+        .create_cluster(&NewCluster {
+            name: "rack1".into(),
+            members: names.iter().map(|n| n.to_string()).collect(),
+            post_restore_delay_secs: Some(0),
+        })
+        .await
+        .expect("the cluster");
+    let facts: Vec<(String, MemberFacts)> = names
+        .iter()
+        .map(|n| {
+            let f = MemberFacts {
+                reachable: true,
+                status: Some(MemberStatus::Online),
+                ..MemberFacts::default()
+            };
+            (n.to_string(), f)
+        })
+        .collect();
+    let mut run = RollingRun::launch(RunKind::Reboot, &facts).expect("a run");
+    run.servers[0].done = true;
+    run.servers[0].update.reboot_pending = false;
+    let failing = &mut run.servers[1].update;
+    failing.step = Some(racklift_deploy::rolling::RollingStep::Evacuate);
+    failing.retries = 2;
+    failing.first_error = Some("evacuate failed: instance <b>pinned</b>".into());
+    failing.last_error = Some("evacuate stalled and ran out of attempts".into());
+    let (op, created) = api
+        .store
+        .start_cluster_operation(&seed.queue, "rack1", &run, None, "admin")
+        .await
+        .expect("the operation");
+    assert!(created);
+    api.store
+        .save_cluster_run(
+            &op,
+            &RunUpdate {
+                run: &run,
+                status: OperationStatus::Failed,
+                reason: Some("evacuate stalled and ran out of attempts"),
+                failed_server: Some("node2"),
+                failed_step: Some("evacuate"),
+            },
+            async |_| Ok(()),
+        )
+        .await
+        .expect("the failed run");
+    // The worker that ended the run would have finished its job with it.
+    sqlx::query("DELETE FROM jobs WHERE resource_key = 'cluster/rack1'")
+        .execute(&api.db.pool)
+        .await
+        .expect("the run's job finished");
+    op.id
+}
+
+#[tokio::test]
+async fn the_clusters_pages_show_a_failed_run_and_its_forms_need_csrf_the_operator_role_and_a_reason() {
+    let api = Api::start().await;
+    let seed = Seed::new(&api).await;
+    let failed = failed_cluster_run(&api, &seed).await;
+
+    // A viewer sees the list and the cluster, with the failed server and step, but no form.
+    let viewer = login(&api, VIEWER).await;
+    let (status, list) = page(&api, "/ui/clusters", &viewer).await;
+    assert_eq!(status, 200);
+    assert!(list.contains(r#"data-name="rack1""#), "{list}");
+    assert!(
+        list.contains("node2: evacuate") && list.contains("[1/3]") && list.contains("failed"),
+        "{list}"
+    );
+    assert!(
+        list.contains("&#60;b&#62;pinned") && !list.contains("<b>pinned"),
+        "escaped: {list}"
+    );
+    assert!(
+        list.contains(r#"href="/ui?operation=rolling_reboot&#38;server=node2""#),
+        "{list}"
+    );
+    assert!(list.contains(r#"id="nav-clusters""#), "{list}");
+    let (_, fragment) = page(&api, "/ui/fragments/clusters", &viewer).await;
+    assert!(fragment.contains(r#"data-name="rack1""#) && !fragment.contains("<html"));
+    let (status, detail) = page(&api, "/ui/clusters/rack1", &viewer).await;
+    assert_eq!(status, 200);
+    assert!(
+        detail.contains(r#"<tr class="server" data-name="node1">"#) && detail.contains("ran out of attempts"),
+        "{detail}"
+    );
+    assert!(!detail.contains(r#"id="retry""#), "no form for a viewer");
+    let (status, _) = page(&api, "/ui/clusters/nope", &viewer).await;
+    assert_eq!(status, 404);
+    let viewer_csrf = csrf(&detail);
+    let retry = "/ui/clusters/rack1/retry";
+    let resp = post_form(
+        &api,
+        retry,
+        Some(&viewer),
+        &[("reason", "go"), ("csrf", &viewer_csrf)],
+    )
+    .await;
+    assert_eq!(resp.status(), 403);
+    assert!(resp.text().await.unwrap().contains("needs operator"));
+
+    // An operator gets the retry form (and no controls of a live operation).
+    let operator = login(&api, OPERATOR).await;
+    let (_, detail) = page(&api, "/ui/clusters/rack1", &operator).await;
+    assert!(detail.contains(r#"id="retry""#), "{detail}");
+    assert!(!detail.contains(r#"id="pause""#) && !detail.contains(r#"id="cancel-operation""#));
+    let token = csrf(&detail);
+    let resp = post_form(&api, retry, Some(&operator), &[("reason", "go")]).await;
+    assert_eq!(resp.status(), 403, "no CSRF token");
+    let resp = post_form(&api, retry, Some(&operator), &[("csrf", &token)]).await;
+    assert_eq!(resp.status(), 303);
+    assert_eq!(resp.headers()[LOCATION], "/ui/clusters/rack1");
+    let latest = api
+        .store
+        .latest_cluster_operation("rack1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.id, failed, "no reason, nothing done");
+
+    // Retry: a new operation in which the server already restarted stays done and the others start over.
+    let form = [("csrf", token.as_str()), ("reason", "evacuation fixed")];
+    let resp = post_form(&api, retry, Some(&operator), &form).await;
+    assert_eq!(resp.status(), 303);
+    let retried = api
+        .store
+        .latest_cluster_operation("rack1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(retried.id, failed);
+    assert_eq!(retried.requested_by, "operator");
+    assert_eq!(retried.run.progress(), (1, 3));
+    assert!(retried.run.servers[0].done);
+    assert!(
+        retried.run.servers[1].update.step.is_none() && retried.run.servers[1].update.first_error.is_none()
+    );
+    // Again: the run is no longer failed, so nothing more starts.
+    post_form(&api, retry, Some(&operator), &form).await;
+    let latest = api
+        .store
+        .latest_cluster_operation("rack1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.id, retried.id);
+
+    // The live operation's controls: pause, then cancel.
+    let (_, detail) = page(&api, "/ui/clusters/rack1", &operator).await;
+    assert!(detail.contains(r#"id="pause""#) && detail.contains(r#"id="cancel-operation""#));
+    assert!(!detail.contains(r#"id="retry""#));
+    for action in ["pause", "cancel-operation"] {
+        let resp = post_form(
+            &api,
+            &format!("/ui/clusters/rack1/{action}"),
+            Some(&operator),
+            &[("csrf", &token), ("reason", "maintenance window moved")],
+        )
+        .await;
+        assert_eq!(resp.status(), 303, "{action}");
+    }
+    let controlled = api.store.cluster_operation(retried.id).await.unwrap();
+    assert!(controlled.pause_requested && controlled.cancel_requested);
+    let resp = post_form(
+        &api,
+        "/ui/clusters/rack1/explode",
+        Some(&operator),
+        &[("csrf", &token), ("reason", "x")],
+    )
+    .await;
+    assert_eq!(resp.status(), 404);
+    api.stop().await;
+}

@@ -19,8 +19,12 @@ const MAX_REASON: usize = 2000;
 /// One bulk retry touches at most this many dead letters; the flash says when more match.
 const BULK_LIMIT: u64 = 100;
 
-/// The checks every form shares: the signed-in session's own CSRF token, and a role that may act.
-fn authorize(session: &Session, form: &BTreeMap<String, String>) -> Result<(), Box<Response>> {
+/// The checks every form shares: the signed-in session's own CSRF token, and a role that may act on `what`.
+pub(super) fn authorize(
+    session: &Session,
+    form: &BTreeMap<String, String>,
+    what: &str,
+) -> Result<(), Box<Response>> {
     if !csrf_ok(session, form.get("csrf").map(String::as_str)) {
         return Err(Box::new(error_page(
             StatusCode::FORBIDDEN,
@@ -31,7 +35,7 @@ fn authorize(session: &Session, form: &BTreeMap<String, String>) -> Result<(), B
         return Err(Box::new(error_page(
             StatusCode::FORBIDDEN,
             &format!(
-                "token {:?} has the {} role; acting on dead letters needs operator",
+                "token {:?} has the {} role; acting on {what} needs operator",
                 session.token.name,
                 session.token.role.as_str()
             ),
@@ -41,7 +45,7 @@ fn authorize(session: &Session, form: &BTreeMap<String, String>) -> Result<(), B
 }
 
 /// A required free-text field, trimmed: whoever reads the audit later needs to know why.
-fn required(form: &BTreeMap<String, String>, field: &str) -> Result<String, String> {
+pub(super) fn required(form: &BTreeMap<String, String>, field: &str) -> Result<String, String> {
     match form.get(field).map(|s| s.trim()) {
         None | Some("") => Err(format!("{field} is required: say why")),
         Some(r) if r.len() > MAX_REASON => Err(format!("{field} must be at most {MAX_REASON} bytes")),
@@ -68,7 +72,7 @@ pub async fn single(
     Path((id, action)): Path<(String, String)>,
     Form(form): Form<BTreeMap<String, String>>,
 ) -> Response {
-    if let Err(r) = authorize(&session, &form) {
+    if let Err(r) = authorize(&session, &form, "dead letters") {
         return *r;
     }
     let Some(id) = id.parse::<i64>().ok().filter(|i| *i > 0) else {
@@ -148,7 +152,7 @@ pub async fn bulk_retry(
     session: Session,
     Form(mut form): Form<BTreeMap<String, String>>,
 ) -> Response {
-    if let Err(r) = authorize(&session, &form) {
+    if let Err(r) = authorize(&session, &form, "dead letters") {
         return *r;
     }
     let why = required(&form, "reason");

@@ -1,5 +1,6 @@
 //! The operator dashboard under `/ui`: server-rendered HTML over the same store calls as the JSON triage API
-//! (`/1.0/deadletters`, `/1.0/stuck`), so the pages and the API can never disagree about what is open.
+//! (`/1.0/deadletters`, `/1.0/stuck`, `/1.0/provisioning/clusters`), so the pages and the API can never disagree
+//! about what is open.
 //!
 //! Browsers cannot attach a bearer header to a navigation, so `/ui/login` takes a pasted API token, checks it
 //! like [`crate::auth`] does, and opens a server-side session (`ui_sessions`): the cookie carries only the
@@ -11,6 +12,7 @@
 
 mod actions;
 mod assets;
+mod clusters;
 mod detail;
 mod pages;
 mod stats;
@@ -86,6 +88,26 @@ fn pages() -> Vec<(Page, MethodRouter<AppState>)> {
         (
             page(Method::POST, "/deadletters/bulk-retry", Operator),
             post(actions::bulk_retry),
+        ),
+        (
+            page(Method::GET, "/clusters", Viewer { csrf: false }),
+            get(clusters::list),
+        ),
+        (
+            page(Method::GET, "/fragments/clusters", Viewer { csrf: false }),
+            get(clusters::list_fragment),
+        ),
+        (
+            page(Method::GET, "/clusters/{name}", Viewer { csrf: false }),
+            get(clusters::detail),
+        ),
+        (
+            page(Method::GET, "/fragments/clusters/{name}", Viewer { csrf: false }),
+            get(clusters::detail_fragment),
+        ),
+        (
+            page(Method::POST, "/clusters/{name}/{action}", Operator),
+            post(clusters::act),
         ),
         (
             page(Method::GET, "/stats", Viewer { csrf: false }),
