@@ -26,6 +26,8 @@ use crate::views::ClusterView;
 
 /// The largest cluster racklift drives (Incus clusters are far smaller in practice).
 const MAX_MEMBERS: usize = 100;
+/// More applications than an IncusOS server could have installed.
+const MAX_APPLICATIONS: usize = 32;
 /// A day: a longer post-restore delay is a mistake, not a policy.
 const MAX_POST_RESTORE_DELAY_SECS: u64 = 86_400;
 
@@ -36,12 +38,37 @@ pub struct ClusterCreate {
     #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$", example = "rack1")]
     pub name: String,
     /// Registered servers, in the order rolling operations take them.
-    #[schema(min_items = 1, max_items = 100, example = json!(["s1", "s2", "s3"]))]
+    #[schema(schema_with = server_names, example = json!(["s1", "s2", "s3"]))]
     pub servers: Vec<String>,
     /// Wait this long after a member's restore before the next member is evacuated (default: the config's).
     #[schema(maximum = 86400)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub post_restore_delay_secs: Option<u64>,
+}
+
+/// What [`validate::name`] accepts, for the schema of name lists.
+const NAME_PATTERN: &str = r"^[a-z0-9][a-z0-9._-]{0,62}$";
+
+fn names(min: usize, max: usize) -> utoipa::openapi::schema::Array {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Type};
+    ArrayBuilder::new()
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(NAME_PATTERN)),
+        )
+        .min_items(Some(min))
+        .max_items(Some(max))
+        .unique_items(true)
+        .build()
+}
+
+fn server_names() -> utoipa::openapi::schema::Array {
+    names(1, MAX_MEMBERS)
+}
+
+fn application_names() -> utoipa::openapi::schema::Array {
+    names(0, MAX_APPLICATIONS)
 }
 
 /// A rolling update: unrestricted, the OS update covers the applications too.
@@ -53,7 +80,7 @@ pub struct UpdateRequest {
     pub os_only: bool,
     /// Only these applications decide; servers without them are skipped.
     #[serde(default)]
-    #[schema(max_items = 32, example = json!([]))]
+    #[schema(schema_with = application_names, example = json!([]))]
     pub applications: Vec<String>,
     /// Start no member before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -86,7 +113,10 @@ pub struct RebootRequest {
     pub window: Option<DailyWindow>,
 }
 
-fn schedule(not_before: Option<chrono::DateTime<chrono::Utc>>, window: Option<DailyWindow>) -> Result<Schedule, ApiError> {
+fn schedule(
+    not_before: Option<chrono::DateTime<chrono::Utc>>,
+    window: Option<DailyWindow>,
+) -> Result<Schedule, ApiError> {
     let schedule = Schedule { not_before, window };
     schedule.validate().map_err(|e| {
         let field = match e {
@@ -285,8 +315,20 @@ pub async fn update_action(
             "an update is restricted to the OS or to applications, not both",
         ));
     }
+    if req.applications.len() > MAX_APPLICATIONS {
+        return Err(ApiError::invalid(
+            "applications",
+            format!("must list at most {MAX_APPLICATIONS} applications"),
+        ));
+    }
     for (i, a) in req.applications.iter().enumerate() {
         validate::name(&format!("applications.{i}"), a)?;
+        if req.applications[..i].contains(a) {
+            return Err(ApiError::invalid(
+                &format!("applications.{i}"),
+                format!("{a} is listed twice"),
+            ));
+        }
     }
     let schedule = schedule(req.not_before, req.window)?;
     let kind = RunKind::Update {

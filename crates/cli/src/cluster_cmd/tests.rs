@@ -1,4 +1,5 @@
 use super::*;
+use super::follow::verdict;
 use clap::Parser;
 use serde_json::json;
 
