@@ -8,6 +8,9 @@
 CREATE TABLE clusters (
     name                    text        PRIMARY KEY,
     post_restore_delay_secs bigint      CHECK (post_restore_delay_secs >= 0),
+    -- How a member is restored after its reboot: 'default' (Incus moves its instances back and starts them) or
+    -- 'skip' (the member comes back Online and its instances stay where the evacuation put them).
+    restore_mode            text        NOT NULL DEFAULT 'default' CHECK (restore_mode IN ('default', 'skip')),
     -- The newest fencing token allowed to mutate the cluster's members through Incus; it only moves forward,
     -- and a worker advances it before every Incus mutation, as a server's BMC fence.
     fence                   bigint      NOT NULL DEFAULT 0,

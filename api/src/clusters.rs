@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use racklift_bmc_access::incus::ClusterCheckError;
 use racklift_deploy::rolling_run::{LaunchRefused, RollingRun, RunKind};
 use racklift_deploy::rolling_window::{DailyWindow, Schedule, ScheduleError};
-use racklift_store::{NewCluster, OperationControl, StoreError};
+use racklift_store::{NewCluster, OperationControl, RestoreMode, StoreError};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -44,6 +44,9 @@ pub struct ClusterCreate {
     #[schema(maximum = 86400)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub post_restore_delay_secs: Option<u64>,
+    /// `skip`: a restored member's instances stay where the evacuation put them (default: moved back).
+    #[serde(default)]
+    pub restore_mode: RestoreMode,
 }
 
 /// What [`validate::name`] accepts, for the schema of name lists.
@@ -202,6 +205,7 @@ pub async fn create(
             name: new.name.clone(),
             members: new.servers.clone(),
             post_restore_delay_secs: new.post_restore_delay_secs,
+            restore_mode: new.restore_mode,
         })
         .await
         .map_err(|e| match e {

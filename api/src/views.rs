@@ -178,6 +178,7 @@ pub struct ClusterView {
     /// In the order rolling operations take them.
     pub servers: Vec<String>,
     pub post_restore_delay_secs: Option<u64>,
+    pub restore_mode: racklift_store::RestoreMode,
     pub created_at: DateTime<Utc>,
     pub operation: Option<ClusterOperationView>,
 }
@@ -191,6 +192,7 @@ impl ClusterView {
             name: cluster.name,
             servers: cluster.members,
             post_restore_delay_secs: cluster.post_restore_delay_secs,
+            restore_mode: cluster.restore_mode,
             created_at: cluster.created_at,
             operation: op.map(ClusterOperationView::of),
         }

@@ -328,6 +328,7 @@ async fn failed_cluster_run(api: &Api, seed: &Seed) -> i64 {
             name: "rack1".into(),
             members: names.iter().map(|n| n.to_string()).collect(),
             post_restore_delay_secs: Some(0),
+            restore_mode: racklift_store::RestoreMode::Default,
         })
         .await
         .expect("the cluster");

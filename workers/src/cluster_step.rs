@@ -189,7 +189,7 @@ impl ClusterStepHandler {
                     }
                     let started = Instant::now();
                     let acted = tokio::select! {
-                        acted = self.incus.act(target, step, job.fence) => acted,
+                        acted = self.incus.act(target, step, job.fence, cluster.restore_mode.incus_mode()) => acted,
                         _ = ctx.cancel.cancelled() => return Ok(Outcome::Finished),
                     };
                     let duration_ms = started.elapsed().as_millis() as u64;

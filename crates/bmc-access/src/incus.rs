@@ -290,13 +290,14 @@ impl IncusAccess {
         }
     }
 
-    /// Issues `step` on the member, carrying `fence`. Returns the Incus operation's URL for evacuate and
-    /// restore.
+    /// Issues `step` on the member, carrying `fence` (a restore in Incus's `restore_mode`). Returns the Incus
+    /// operation's URL for evacuate and restore.
     pub async fn act(
         &self,
         target: &IncusEndpointFacts,
         step: RollingStep,
         fence: i64,
+        restore_mode: &str,
     ) -> Result<Option<String>, ActError> {
         let client = match self.client(&target.endpoint).await {
             Ok(Some(c)) => c.with_fence(Fence(fence)),
@@ -318,7 +319,7 @@ impl IncusAccess {
         };
         match step {
             RollingStep::Evacuate => Ok(Some(client.evacuate(&member()?).await?.url)),
-            RollingStep::Restore => Ok(Some(client.restore(&member()?).await?.url)),
+            RollingStep::Restore => Ok(Some(client.restore(&member()?, restore_mode).await?.url)),
             RollingStep::Reboot => client.reboot().await.map(|()| None).map_err(ActError::from),
             RollingStep::Update => client.check_update().await.map(|()| None).map_err(ActError::from),
         }

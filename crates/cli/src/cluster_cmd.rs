@@ -11,6 +11,7 @@ use racklift_api::{
     UpdateRequest,
 };
 use racklift_deploy::rolling_window::DailyWindow;
+use racklift_store::RestoreMode;
 use serde_json::Value;
 
 use crate::client::{ApiArgs, Client, decode};
@@ -37,6 +38,9 @@ enum ClusterCommand {
         /// e.g. 30s or 5m (default: the API's configured delay).
         #[arg(long, value_name = "DURATION", value_parser = whole_seconds)]
         post_restore_delay: Option<u64>,
+        /// Leave a restored member's instances where the evacuation put them instead of moving them back.
+        #[arg(long)]
+        restore_skip: bool,
         /// Print the API's JSON instead of key: value lines.
         #[arg(long)]
         json: bool,
@@ -248,12 +252,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             name,
             servers,
             post_restore_delay,
+            restore_skip,
             json,
         } => {
             let body = ClusterCreate {
                 name,
                 servers,
                 post_restore_delay_secs: post_restore_delay,
+                restore_mode: if restore_skip {
+                    RestoreMode::Skip
+                } else {
+                    RestoreMode::Default
+                },
             };
             let answer = client
                 .post(CLUSTERS, &serde_json::to_value(&body)?, |r| r)

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use hyper::Method;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::client::{IncusClient, Reply, Req};
 use crate::error::{Error, Result};
@@ -24,6 +24,13 @@ pub(crate) fn wait_deadline(timeout: Duration, call_deadline: Duration) -> Durat
 /// Incus takes whole seconds; round up so a short wait is not a zero (immediate) one.
 fn wait_seconds(timeout: Duration) -> u64 {
     timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0)
+}
+
+/// `POST /1.0/cluster/members/{name}/state`.
+#[derive(serde::Serialize)]
+struct MemberStatePost<'a> {
+    action: &'a str,
+    mode: &'a str,
 }
 
 impl IncusClient {
@@ -88,23 +95,25 @@ impl IncusClient {
         self.within(
             "evacuate",
             self.call_deadline(),
-            self.member_state(name, "evacuate"),
+            self.member_state(name, "evacuate", ""),
         )
         .await
     }
 
     /// Starts restoring an evacuated member. Returns the operation to wait on.
-    pub async fn restore(&self, name: &str) -> Result<OperationRef> {
+    /// `mode` is Incus's restore mode: `""` moves the member's instances back and starts them, `"skip"` leaves
+    /// them where the evacuation put them.
+    pub async fn restore(&self, name: &str, mode: &str) -> Result<OperationRef> {
         self.within(
             "restore",
             self.call_deadline(),
-            self.member_state(name, "restore"),
+            self.member_state(name, "restore", mode),
         )
         .await
     }
 
-    async fn member_state(&self, name: &str, action: &str) -> Result<OperationRef> {
-        let body = json!({"action": action, "mode": ""});
+    async fn member_state(&self, name: &str, action: &str, mode: &str) -> Result<OperationRef> {
+        let body = serde_json::to_value(MemberStatePost { action, mode }).expect("a struct of strings serialises");
         let (reply, path) = self
             .post("/1.0/cluster/members", &[name, "state"], Some(body))
             .await?;

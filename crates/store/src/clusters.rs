@@ -22,7 +22,40 @@ pub struct Cluster {
     pub members: Vec<String>,
     /// The delay after a member's restore before the next member is evacuated; unset, the config's.
     pub post_restore_delay_secs: Option<u64>,
+    pub restore_mode: RestoreMode,
     pub created_at: DateTime<Utc>,
+}
+
+/// How a member is restored after its reboot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RestoreMode {
+    /// Incus moves the member's instances back and starts them.
+    #[default]
+    Default,
+    /// The member comes back Online; its instances stay where the evacuation put them.
+    Skip,
+}
+
+impl RestoreMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestoreMode::Default => "default",
+            RestoreMode::Skip => "skip",
+        }
+    }
+
+    /// Incus's spelling in `POST /1.0/cluster/members/{name}/state`.
+    pub fn incus_mode(self) -> &'static str {
+        match self {
+            RestoreMode::Default => "",
+            RestoreMode::Skip => "skip",
+        }
+    }
+
+    fn parse(text: &str) -> RestoreMode {
+        if text == "skip" { RestoreMode::Skip } else { RestoreMode::Default }
+    }
 }
 
 /// A cluster to create.
@@ -31,12 +64,14 @@ pub struct NewCluster {
     pub name: String,
     pub members: Vec<String>,
     pub post_restore_delay_secs: Option<u64>,
+    pub restore_mode: RestoreMode,
 }
 
 #[derive(sqlx::FromRow)]
 struct ClusterRow {
     name: String,
     post_restore_delay_secs: Option<i64>,
+    restore_mode: String,
     created_at: DateTime<Utc>,
     members: Vec<String>,
 }
@@ -47,6 +82,7 @@ impl From<ClusterRow> for Cluster {
             name: r.name,
             members: r.members,
             post_restore_delay_secs: r.post_restore_delay_secs.map(|d| d as u64),
+            restore_mode: RestoreMode::parse(&r.restore_mode),
             created_at: r.created_at,
         }
     }
@@ -84,10 +120,11 @@ impl Store {
     pub async fn create_cluster(&self, new: &NewCluster) -> Result<Cluster, StoreError> {
         let mut tx = self.pool.begin().await?;
         let created: (DateTime<Utc>,) = sqlx::query_as(
-            "INSERT INTO clusters (name, post_restore_delay_secs) VALUES ($1, $2) RETURNING created_at",
+            "INSERT INTO clusters (name, post_restore_delay_secs, restore_mode) VALUES ($1, $2, $3) RETURNING created_at",
         )
         .bind(&new.name)
         .bind(new.post_restore_delay_secs.map(|s| s as i64))
+        .bind(new.restore_mode.as_str())
         .fetch_one(&mut *tx)
         .await
         .map_err(StoreError::on_unique("cluster", &new.name))?;
@@ -116,13 +153,14 @@ impl Store {
             name: new.name.clone(),
             members: new.members.clone(),
             post_restore_delay_secs: new.post_restore_delay_secs,
+            restore_mode: new.restore_mode,
             created_at: created.0,
         })
     }
 
     pub async fn clusters(&self) -> Result<Vec<Cluster>, StoreError> {
         let rows: Vec<ClusterRow> = sqlx::query_as(
-            "SELECT c.name, c.post_restore_delay_secs, c.created_at, \
+            "SELECT c.name, c.post_restore_delay_secs, c.restore_mode, c.created_at, \
              coalesce(array_agg(m.server ORDER BY m.position) FILTER (WHERE m.server IS NOT NULL), '{}') AS members \
              FROM clusters c LEFT JOIN cluster_members m ON m.cluster = c.name \
              GROUP BY c.name ORDER BY c.name",
@@ -134,7 +172,7 @@ impl Store {
 
     pub async fn cluster(&self, name: &str) -> Result<Cluster, StoreError> {
         let row: Option<ClusterRow> = sqlx::query_as(
-            "SELECT c.name, c.post_restore_delay_secs, c.created_at, \
+            "SELECT c.name, c.post_restore_delay_secs, c.restore_mode, c.created_at, \
              coalesce(array_agg(m.server ORDER BY m.position) FILTER (WHERE m.server IS NOT NULL), '{}') AS members \
              FROM clusters c LEFT JOIN cluster_members m ON m.cluster = c.name WHERE c.name = $1 GROUP BY c.name",
         )

@@ -25,7 +25,7 @@ pub use catalog::{
     ProvisioningToken, Role, Seed,
 };
 pub use clusters::{
-    Cluster, ClusterOperation, ClusterStep, IncusEndpoint, NewCluster, OperationControl, OperationStatus,
+    Cluster, ClusterOperation, ClusterStep, IncusEndpoint, NewCluster, RestoreMode, OperationControl, OperationStatus,
     RunUpdate,
 };
 pub use deployments::{DeploymentRecord, DeploymentStep, NewDeployment, STEP_KIND, queue_error, step_job};

@@ -218,10 +218,11 @@ fn bodies_are_what_the_api_takes() {
         name: "rack1".into(),
         servers: vec!["s1".into(), "s2".into()],
         post_restore_delay_secs: None,
+        restore_mode: racklift_store::RestoreMode::Default,
     };
     assert_eq!(
         serde_json::to_value(&create).unwrap(),
-        json!({ "name": "rack1", "servers": ["s1", "s2"] })
+        json!({ "name": "rack1", "servers": ["s1", "s2"], "restore_mode": "default" })
     );
     let update = UpdateRequest {
         os_only: true,

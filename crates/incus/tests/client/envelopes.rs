@@ -123,7 +123,7 @@ async fn operations_are_created_read_and_waited_on_with_the_fence() {
         let before = server.seen().len();
         let op = match action {
             "evacuate" => client.evacuate("node-2").await,
-            _ => client.restore("node-2").await,
+            _ => client.restore("node-2", "").await,
         }
         .expect(action);
         assert_eq!(
