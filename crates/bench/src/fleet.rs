@@ -145,7 +145,13 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
     let api = tokio::spawn(racklift_api::serve(listener, state, shutdown.clone()));
     let mut workers = Vec::new();
     for _ in 0..run.workers.max(1) {
-        workers.push(spawn_worker(racklift, &url, &secrets, run)?);
+        workers.push(spawn_worker(
+            racklift,
+            &url,
+            &secrets,
+            run.time_scale,
+            run.concurrency,
+        )?);
     }
     let http = reqwest::Client::new();
     let deploy = |server: &RackServer| {
@@ -333,7 +339,7 @@ async fn slowed_states(store: &Store, lone: &[RackServer]) -> Result<Vec<SlowedS
 }
 
 /// Median, 90th percentile (nearest rank) and maximum.
-fn quantiles(mut values: Vec<f64>) -> [f64; 3] {
+pub(crate) fn quantiles(mut values: Vec<f64>) -> [f64; 3] {
     if values.is_empty() {
         return [0.0; 3];
     }
@@ -342,19 +348,22 @@ fn quantiles(mut values: Vec<f64>) -> [f64; 3] {
     [at(0.5), at(0.9), at(1.0)]
 }
 
-fn spawn_worker(
+/// A `racklift worker` process of a benchmark at `time_scale`; `RACKLIFT_BENCH_WORKER_LOG` sets its log filter to
+/// look into a run.
+pub(crate) fn spawn_worker(
     racklift: &Path,
     url: &str,
     secrets: &Path,
-    run: FleetRun,
+    time_scale: f64,
+    concurrency: usize,
 ) -> Result<(tokio::process::Child, u32), BenchError> {
     let child = tokio::process::Command::new(racklift)
         .args([
             "worker",
             "--sim-time-scale",
-            &run.time_scale.to_string(),
+            &time_scale.to_string(),
             "--concurrency",
-            &run.concurrency.to_string(),
+            &concurrency.to_string(),
             "--batch",
             "100",
         ])
@@ -363,7 +372,11 @@ fn spawn_worker(
         // Several workers run at once: each serves metrics on a free port rather than all on the default.
         .env("RACKLIFT_METRICS_LISTEN", "127.0.0.1:0")
         // The simulated rack is plain http:// on loopback: its every-use warning would bury the run's output.
-        .env("RUST_LOG", "warn,racklift_bmc_access=error")
+        .env(
+            "RUST_LOG",
+            std::env::var("RACKLIFT_BENCH_WORKER_LOG")
+                .unwrap_or_else(|_| "warn,racklift_bmc_access=error".into()),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)

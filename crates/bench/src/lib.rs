@@ -10,6 +10,7 @@ mod latency;
 pub mod media;
 mod proc_stats;
 mod raw;
+pub mod rolling;
 mod rss;
 
 use std::time::Duration;
