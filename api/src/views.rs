@@ -271,9 +271,15 @@ impl ClusterOperationView {
             None
         };
         let status_description = match (op.status, current) {
-            (racklift_store::OperationStatus::Running, Some(s)) if s.update.step.is_none() && next_start.is_some() => {
+            (racklift_store::OperationStatus::Running, Some(s))
+                if s.update.step.is_none() && next_start.is_some() =>
+            {
                 let at = next_start.map(|t| t.to_rfc3339()).unwrap_or_default();
-                format!("[{}/{total}] Waiting for the maintenance window to start server {} at {at}", done + 1, s.name)
+                format!(
+                    "[{}/{total}] Waiting for the maintenance window to start server {} at {at}",
+                    done + 1,
+                    s.name
+                )
             }
             (racklift_store::OperationStatus::Running, Some(s)) => {
                 let doing = match (run.phase, step) {

@@ -113,7 +113,8 @@ impl IncusClient {
     }
 
     async fn member_state(&self, name: &str, action: &str, mode: &str) -> Result<OperationRef> {
-        let body = serde_json::to_value(MemberStatePost { action, mode }).expect("a struct of strings serialises");
+        let body =
+            serde_json::to_value(MemberStatePost { action, mode }).expect("a struct of strings serialises");
         let (reply, path) = self
             .post("/1.0/cluster/members", &[name, "state"], Some(body))
             .await?;

@@ -54,7 +54,11 @@ impl RestoreMode {
     }
 
     fn parse(text: &str) -> RestoreMode {
-        if text == "skip" { RestoreMode::Skip } else { RestoreMode::Default }
+        if text == "skip" {
+            RestoreMode::Skip
+        } else {
+            RestoreMode::Default
+        }
     }
 }
 

@@ -25,8 +25,8 @@ pub use catalog::{
     ProvisioningToken, Role, Seed,
 };
 pub use clusters::{
-    Cluster, ClusterOperation, ClusterStep, IncusEndpoint, NewCluster, RestoreMode, OperationControl, OperationStatus,
-    RunUpdate,
+    Cluster, ClusterOperation, ClusterStep, IncusEndpoint, NewCluster, OperationControl, OperationStatus,
+    RestoreMode, RunUpdate,
 };
 pub use deployments::{DeploymentRecord, DeploymentStep, NewDeployment, STEP_KIND, queue_error, step_job};
 pub use error::StoreError;

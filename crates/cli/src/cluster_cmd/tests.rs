@@ -1,5 +1,5 @@
-use super::*;
 use super::follow::verdict;
+use super::*;
 use clap::Parser;
 use serde_json::json;
 
