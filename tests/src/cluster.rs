@@ -134,3 +134,14 @@ impl ClusterRack {
             .to_owned()
     }
 }
+
+/// Budgets short enough for a failing step to end a run within a test.
+pub fn short_budgets() -> Config {
+    let mut config = Config::for_simulation(0.002);
+    config.rolling.reboot_timeout_secs = 8;
+    config.rolling.evacuate_timeout_secs = 8;
+    config.rolling.restore_timeout_secs = 8;
+    config.rolling.health_gate_timeout_secs = 4;
+    config.rolling.step_retries = 2;
+    config
+}

@@ -1,6 +1,7 @@
 //! Shared helpers for end-to-end tests: the racklift binary as a child process, condition waits, and a whole rack
 //! in one process ([`rack::Rack`]).
 
+pub mod browser;
 pub mod cli;
 pub mod cluster;
 pub mod rack;

@@ -6,8 +6,7 @@
 use std::time::Duration;
 
 use racklift_bmc_sim::Faults;
-use racklift_deploy::Config;
-use racklift_tests::cluster::{CLUSTER, ClusterRack};
+use racklift_tests::cluster::{CLUSTER, ClusterRack, short_budgets};
 use serde_json::{Value, json};
 
 const MEMBERS: usize = 5;
@@ -225,17 +224,6 @@ async fn cancel_mid_run_restores_the_member_being_worked_on_and_leaves_the_rest(
     let (status, again) = c.action("reboot", json!({})).await;
     assert_eq!(status, 202, "{again}");
     c.rack.stop().await;
-}
-
-/// Budgets short enough for a failing step to end a run within a test.
-fn short_budgets() -> Config {
-    let mut config = Config::for_simulation(0.002);
-    config.rolling.reboot_timeout_secs = 8;
-    config.rolling.evacuate_timeout_secs = 8;
-    config.rolling.restore_timeout_secs = 8;
-    config.rolling.health_gate_timeout_secs = 4;
-    config.rolling.step_retries = 2;
-    config
 }
 
 /// The run's dead letter, as triage lists it.
