@@ -254,6 +254,8 @@ pub struct ClusterServerView {
     /// Evacuated before the run, and left so.
     pub kept_evacuated: bool,
     pub done: bool,
+    /// Skipped by an operator's retry: done without a restart, its reboot still owed.
+    pub skipped: bool,
     pub first_error: Option<String>,
     pub last_error: Option<String>,
 }
@@ -352,6 +354,7 @@ impl ClusterOperationView {
                     reboot_pending: s.update.reboot_pending,
                     kept_evacuated: s.update.keep_evacuated,
                     done: s.done,
+                    skipped: s.skipped,
                     first_error: s.update.first_error.clone(),
                     last_error: s.update.last_error.clone(),
                 })

@@ -130,8 +130,28 @@ impl Rack {
         Rack::launch(sim_config, true, config).await
     }
 
+    /// As [`Rack::start_with`], on `db` (a database on a server the test controls, to restart it) and with no
+    /// worker pool in this process.
+    pub async fn start_on(
+        db: TestDb,
+        servers: usize,
+        personality: PersonalityChoice,
+        time_scale: f64,
+    ) -> Rack {
+        Rack::launch_on(
+            db,
+            SimConfig::for_deployments(servers, personality, time_scale),
+            false,
+            Config::for_simulation(time_scale),
+        )
+        .await
+    }
+
     async fn launch(sim_config: SimConfig, workers: bool, config: Config) -> Rack {
-        let db = TestDb::new().await;
+        Rack::launch_on(TestDb::new().await, sim_config, workers, config).await
+    }
+
+    async fn launch_on(db: TestDb, sim_config: SimConfig, workers: bool, config: Config) -> Rack {
         let servers = sim_config.servers;
         let sim = Sim::start(sim_config).await.expect("start the simulator");
         let dir = std::env::temp_dir().join(format!("racklift-rack-{}", uuid::Uuid::new_v4()));

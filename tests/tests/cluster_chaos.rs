@@ -1,11 +1,13 @@
-//! The worker driving a rolling reboot dies mid-run: `kill -9` of the `racklift worker` process holding the
-//! cluster's job, twice, while other workers run. The run must finish, every member rebooted exactly once, never
-//! two members out at once, and no Incus mutation stale or unfenced (the simulator's cluster audit).
+//! A rolling reboot survives what takes its driver away: `kill -9` of the `racklift worker` process holding the
+//! cluster's job, twice, while other workers run; and PostgreSQL restarting under the API and the workers, twice.
+//! The run must finish, every member rebooted exactly once, never two members out at once, and no Incus mutation
+//! stale or unfenced (the simulator's cluster audit).
 
 use std::time::Duration;
 
 use racklift_bmc_sim::{Personality, PersonalityChoice};
 use racklift_deploy::State;
+use racklift_pgembed::EmbeddedPostgres;
 use racklift_tests::Racklift;
 use racklift_tests::cluster::CLUSTER;
 use racklift_tests::rack::Rack;
@@ -81,16 +83,9 @@ async fn wait_done(rack: &Rack, done: u64) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn killing_the_worker_that_drives_a_rolling_reboot_loses_nothing() {
-    let rack = Rack::start_with(
-        MEMBERS,
-        PersonalityChoice::Single(Personality::Generic),
-        SCALE,
-        false,
-    )
-    .await;
-    let mut workers = vec![worker(&rack), worker(&rack)];
+/// Deploys the rack's servers, forms them into one cluster, creates it in racklift and starts a rolling reboot.
+/// The servers' names.
+async fn start_rolling_reboot(rack: &Rack) -> Vec<String> {
     rack.deploy_all().await;
     for i in 0..MEMBERS {
         let name = rack.sim.name(i).to_owned();
@@ -123,6 +118,42 @@ async fn killing_the_worker_that_drives_a_rolling_reboot_loses_nothing() {
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
+    names
+}
+
+/// Waits for the run's end and checks it completed as if nothing had happened: one member out at a time,
+/// every Incus mutation fenced and current, each member evacuated, rebooted and restored exactly once.
+async fn assert_completed_once_each(rack: &Rack, names: &[String]) {
+    racklift_testdb::wait_for(Duration::from_secs(180), "the run's end", || async {
+        operation(rack).await["status"] != "running"
+    })
+    .await;
+    let op = operation(rack).await;
+    assert_eq!(op["status"], "completed", "{op:#}");
+    let audit = rack.sim.cluster_audit(CLUSTER).unwrap();
+    assert_eq!(audit.max_evacuated_at_once, 1, "{audit:#?}");
+    assert_eq!(audit.unfenced_mutations, 0, "{audit:#?}");
+    assert!(audit.stale_mutations.is_empty(), "{audit:#?}");
+    for (i, name) in names.iter().enumerate() {
+        let hostname = rack.sim.truth(i)["os"]["hostname"].as_str().unwrap().to_owned();
+        let counts = &audit.members[&hostname];
+        assert_eq!(counts.reboots, 1, "{name}: {audit:#?}");
+        assert_eq!(counts.evacuations, 1, "{name}: {audit:#?}");
+        assert_eq!(counts.restores, 1, "{name}: {audit:#?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_worker_that_drives_a_rolling_reboot_loses_nothing() {
+    let rack = Rack::start_with(
+        MEMBERS,
+        PersonalityChoice::Single(Personality::Generic),
+        SCALE,
+        false,
+    )
+    .await;
+    let mut workers = vec![worker(&rack), worker(&rack)];
+    let names = start_rolling_reboot(&rack).await;
 
     // Twice: kill the holder of the cluster's job as soon as it holds it, after a member is done, and start a
     // fresh worker so two keep running.
@@ -139,22 +170,37 @@ async fn killing_the_worker_that_drives_a_rolling_reboot_loses_nothing() {
         workers.push(worker(&rack));
     }
 
-    racklift_testdb::wait_for(Duration::from_secs(180), "the run's end", || async {
-        operation(&rack).await["status"] != "running"
-    })
-    .await;
-    let op = operation(&rack).await;
-    assert_eq!(op["status"], "completed", "{op:#}");
-    let audit = rack.sim.cluster_audit(CLUSTER).unwrap();
-    assert_eq!(audit.max_evacuated_at_once, 1, "{audit:#?}");
-    assert_eq!(audit.unfenced_mutations, 0, "{audit:#?}");
-    assert!(audit.stale_mutations.is_empty(), "{audit:#?}");
-    for (i, name) in names.iter().enumerate() {
-        let hostname = rack.sim.truth(i)["os"]["hostname"].as_str().unwrap().to_owned();
-        let counts = &audit.members[&hostname];
-        assert_eq!(counts.reboots, 1, "{name}: {audit:#?}");
-        assert_eq!(counts.evacuations, 1, "{name}: {audit:#?}");
-        assert_eq!(counts.restores, 1, "{name}: {audit:#?}");
-    }
+    assert_completed_once_each(&rack, &names).await;
     rack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restarting_postgresql_mid_run_loses_nothing() {
+    // A server of the test's own, so restarting it touches no other test's database.
+    let dir = std::env::temp_dir().join(format!("racklift-pg-restart-{}", uuid::Uuid::new_v4()));
+    let pg = EmbeddedPostgres::start(&dir).expect("start a PostgreSQL of the test's own");
+    let db = racklift_testdb::TestDb::new_on(&pg.admin_url()).await;
+    let rack = Rack::start_on(
+        db,
+        MEMBERS,
+        PersonalityChoice::Single(Personality::Generic),
+        SCALE,
+    )
+    .await;
+    let _workers = [worker(&rack), worker(&rack)];
+    let names = start_rolling_reboot(&rack).await;
+
+    // Twice: as soon as a worker holds the cluster's job, and after two members are done.
+    for done in [0, 2] {
+        wait_done(&rack, done).await;
+        holder(&rack).await;
+        let restarted = tokio::task::block_in_place(|| pg.restart());
+        restarted.expect("PostgreSQL restarts");
+    }
+
+    assert_completed_once_each(&rack, &names).await;
+    rack.stop().await;
+    pg.stop().expect("stop the test's PostgreSQL");
+    let _ = std::fs::remove_dir_all(pg.root());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,8 @@
 //! The clusters page in a real browser (headless Chromium through chromedriver): a rolling reboot fails on a
 //! member whose evacuation keeps failing; the operator finds it on `/ui/clusters` with the failed server and
 //! step, follows it to its dead letters, and once the member is healthy retries it from the cluster's page with a
-//! reason; the retry completes without rebooting the member the failed run had already restarted.
+//! reason; the retry completes without rebooting the member the failed run had already restarted. Or, the member
+//! still failing, the operator retries skipping it: the others are rebooted and it is left with its reboot owed.
 //!
 //! Needs the Debian packages `chromium` and `chromium-driver` (CI installs them).
 
@@ -20,9 +21,9 @@ const OPERATOR: &str = "ui-operator-secret";
 /// The ends of a run, for a cluster test: ample for a run of three members at the cluster's time scale.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_operator_retries_a_failed_rolling_reboot_from_the_clusters_page() {
-    let driver = start_driver().await;
+/// A cluster of three whose rolling reboot failed on the second member, whose evacuations keep failing, with an
+/// operator's token: the rack and the failed operation's id.
+async fn failed_on_the_second_member() -> (ClusterRack, i64) {
     let c = ClusterRack::start_with(3, short_budgets()).await;
     let rack = &c.rack;
     rack.store
@@ -41,7 +42,60 @@ async fn an_operator_retries_a_failed_rolling_reboot_from_the_clusters_page() {
     assert_eq!(status, 202, "{started}");
     let view = c.wait_ended(RUN_LIMIT).await;
     assert_eq!(view["operation"]["status"], "failed", "{view:#}");
-    let failed_id = view["operation"]["id"].as_i64().unwrap();
+    (c, view["operation"]["id"].as_i64().unwrap())
+}
+
+/// Opens the cluster's own page from the clusters page.
+async fn open_cluster_page(b: &fantoccini::Client) {
+    b.find(Locator::Css("#nav-clusters"))
+        .await
+        .expect("the clusters link")
+        .click()
+        .await
+        .expect("open the clusters page");
+    let row = format!(r#"tr.cluster[data-name="{CLUSTER}"]"#);
+    b.wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css(&row))
+        .await
+        .expect("the cluster is listed");
+    click_live(b, &format!("{row} a.detail")).await;
+    b.wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#servers tr.server"))
+        .await
+        .expect("the cluster's servers");
+}
+
+/// Fills in the reason of `form` and submits it; the flash message it leads to.
+async fn submit_with_reason(b: &fantoccini::Client, form: &str, reason: &str) -> String {
+    b.find(Locator::Css(&format!("{form} input[name=reason]")))
+        .await
+        .unwrap()
+        .send_keys(reason)
+        .await
+        .unwrap();
+    b.find(Locator::Css(&format!("{form} button")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .expect("submit the form");
+    b.wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#flash"))
+        .await
+        .expect("a flash message")
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_retries_a_failed_rolling_reboot_from_the_clusters_page() {
+    let driver = start_driver().await;
+    let (c, failed_id) = failed_on_the_second_member().await;
+    let rack = &c.rack;
     let failing = c.names[1].clone();
     let base = rack.api_url.clone();
     let browser = browser(&driver).await;
@@ -96,23 +150,7 @@ async fn an_operator_retries_a_failed_rolling_reboot_from_the_clusters_page() {
     );
 
     // The cluster's page: each server's record, and the retry form.
-    b.find(Locator::Css("#nav-clusters"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    b.wait()
-        .at_most(WAIT)
-        .for_element(Locator::Css(&row))
-        .await
-        .unwrap();
-    click_live(b, &format!("{row} a.detail")).await;
-    b.wait()
-        .at_most(WAIT)
-        .for_element(Locator::Css("#servers tr.server"))
-        .await
-        .expect("the cluster's servers");
+    open_cluster_page(b).await;
     assert_eq!(live_text(b, "#op-status").await.as_deref(), Some("failed"));
     let server_row = |i: usize| format!(r#"#servers tr.server[data-name="{}"]"#, c.names[i]);
     assert_eq!(
@@ -135,25 +173,7 @@ async fn an_operator_retries_a_failed_rolling_reboot_from_the_clusters_page() {
 
     // The member evacuates again: the operator retries with a reason, and the retry completes.
     rack.sim.set_faults(1, Faults::default());
-    b.find(Locator::Css("form#retry input[name=reason]"))
-        .await
-        .unwrap()
-        .send_keys("evacuation works again")
-        .await
-        .unwrap();
-    b.find(Locator::Css("form#retry button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .expect("submit the retry");
-    let flash = b
-        .wait()
-        .at_most(WAIT)
-        .for_element(Locator::Css("#flash"))
-        .await
-        .expect("a flash message");
-    let said = flash.text().await.unwrap();
+    let said = submit_with_reason(b, "form#retry", "evacuation works again").await;
     assert!(
         said.contains(&format!(
             "operation {failed_id} (rolling_reboot) retried as operation"
@@ -188,6 +208,59 @@ async fn an_operator_retries_a_failed_rolling_reboot_from_the_clusters_page() {
             c.names[i]
         );
     }
+    browser.close().await.expect("close the browser");
+    c.rack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_retries_a_failed_rolling_reboot_skipping_the_server_it_failed_on() {
+    let driver = start_driver().await;
+    let (c, failed_id) = failed_on_the_second_member().await;
+    let failing = c.names[1].clone();
+    let browser = browser(&driver).await;
+    let b = &browser;
+    login(b, &c.rack.api_url, OPERATOR).await;
+    open_cluster_page(b).await;
+    assert_eq!(
+        count(b, "form#skip-server").await,
+        1,
+        "the skip form, for the failed server"
+    );
+    let offered = live_text(b, "form#skip-server button").await.unwrap();
+    assert!(offered.contains(&failing), "{offered}");
+
+    // The member still cannot be evacuated: the operator retries without it.
+    let said = submit_with_reason(
+        b,
+        "form#skip-server",
+        "its instances cannot move; fixed by hand later",
+    )
+    .await;
+    assert!(
+        said.contains(&format!(
+            "operation {failed_id} (rolling_reboot) retried as operation"
+        )) && said.contains(&format!("{failing} skipped")),
+        "{said}"
+    );
+    wait_for(RUN_LIMIT, "the retried run shown as completed", || async {
+        live_text(b, "#op-status").await.as_deref() == Some("completed")
+    })
+    .await;
+    let done = |i: usize| {
+        let cell = format!(r#"#servers tr.server[data-name="{}"] td.done"#, c.names[i]);
+        async move { live_text(b, &cell).await }
+    };
+    assert_eq!(done(0).await.as_deref(), Some("yes"));
+    assert_eq!(done(1).await.as_deref(), Some("skipped"));
+    assert_eq!(done(2).await.as_deref(), Some("yes"));
+    let view = c.show().await;
+    assert_eq!(view["operation"]["pending_reboot"], json!([failing]), "{view:#}");
+    // The skipped member was neither evacuated again nor rebooted; the others were rebooted once each.
+    let audit = c.rack.sim.cluster_audit(CLUSTER).expect("the cluster's audit");
+    assert_eq!(audit.max_evacuated_at_once, 1, "{audit:#?}");
+    let reboots: Vec<u64> = (0..3).map(|i| audit.members[&c.hostname(i)].reboots).collect();
+    assert_eq!(reboots, [1, 0, 1], "{audit:#?}");
+    assert_eq!(audit.members[&c.hostname(1)].evacuations, 3, "{audit:#?}");
     browser.close().await.expect("close the browser");
     c.rack.stop().await;
 }

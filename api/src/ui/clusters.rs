@@ -1,7 +1,8 @@
 //! `GET /ui/clusters`: every cluster with its operation in progress (or its last one), live-refreshing like the
 //! dead-letter list; `GET /ui/clusters/{name}`: one cluster's run server by server, with the operator's forms:
-//! cancel, pause, resume, and retry of a failed run. The views are the JSON API's own ([`ClusterView`]), and the
-//! controls the same store calls as `/1.0/provisioning/clusters/{name}/_action/…`.
+//! cancel, pause, resume, and retry of a failed run, or a retry skipping the server it failed on. The views are
+//! the JSON API's own ([`ClusterView`]), and the controls the same store calls as
+//! `/1.0/provisioning/clusters/{name}/_action/…`.
 //!
 //! A retry starts the failed run's operation again as a new one seeded by
 //! [`RollingRun::resume_from`]: the servers it had restarted stay done, the others' records start fresh. Its
@@ -296,7 +297,10 @@ fn detail_live(v: &ClusterView) -> Result<String, Box<Response>> {
                 attempts: s.attempts,
                 reboot_pending: yes(s.reboot_pending),
                 kept_evacuated: yes(s.kept_evacuated),
-                done: yes(s.done),
+                done: match (s.skipped, s.done) {
+                    (true, _) => "skipped",
+                    (false, done) => yes(done),
+                },
                 first_error: redact_string(&dash(&s.first_error)),
                 last_error: redact_string(&dash(&s.last_error)),
             })
@@ -325,6 +329,8 @@ struct DetailPage {
     can_pause: bool,
     can_resume: bool,
     can_retry: bool,
+    /// The server a retry may skip: the one the failed run ended on.
+    skip_server: Option<String>,
 }
 
 /// `GET /ui/clusters/{name}`.
@@ -363,6 +369,11 @@ pub async fn detail(
         can_pause: status == Some(OperationStatus::Running),
         can_resume: status == Some(OperationStatus::Paused),
         can_retry: status == Some(OperationStatus::Failed),
+        skip_server: v
+            .operation
+            .as_ref()
+            .filter(|op| op.status == OperationStatus::Failed)
+            .and_then(|op| op.failed_server.clone()),
     };
     html_with(render(&page), clear)
 }
@@ -384,7 +395,8 @@ pub async fn detail_fragment(
     }
 }
 
-/// `POST /ui/clusters/{name}/{cancel-operation|pause|resume|retry}`, each with a required reason.
+/// `POST /ui/clusters/{name}/{cancel-operation|pause|resume|retry|skip-server}`, each with a required reason
+/// (`skip-server` also with the `server` to skip).
 pub async fn act(
     State(state): State<AppState>,
     session: Session,
@@ -398,11 +410,11 @@ pub async fn act(
         "cancel-operation" => Some(OperationControl::Cancel),
         "pause" => Some(OperationControl::Pause),
         "resume" => Some(OperationControl::Resume),
-        "retry" => None,
+        "retry" | "skip-server" => None,
         _ => {
             return error_page(
                 StatusCode::NOT_FOUND,
-                "no such action; expected cancel-operation, pause, resume or retry",
+                "no such action; expected cancel-operation, pause, resume, retry or skip-server",
             );
         }
     };
@@ -413,6 +425,14 @@ pub async fn act(
     let why = match required(&form, "reason") {
         Ok(w) => w,
         Err(msg) => return see_other(&back, Some(&format!("nothing done: {msg}"))),
+    };
+    let skip = if action == "skip-server" {
+        match required(&form, "server") {
+            Ok(server) => Some(server),
+            Err(msg) => return see_other(&back, Some(&format!("nothing done: {msg}"))),
+        }
+    } else {
+        None
     };
     match state.store.cluster(&name).await {
         Ok(_) => {}
@@ -443,7 +463,7 @@ pub async fn act(
             Err(StoreError::NotFound { .. }) => Err("no operation runs on the cluster".to_owned()),
             Err(e) => return *internal(e),
         },
-        None => retry(&state, &name, by, &why).await,
+        None => retry(&state, &name, skip.as_deref(), by, &why).await,
     };
     match outcome {
         Ok(msg) => see_other(&back, Some(&msg)),
@@ -451,8 +471,14 @@ pub async fn act(
     }
 }
 
-/// Starts the cluster's failed operation again, as a new operation resumed from it.
-async fn retry(state: &AppState, name: &str, by: &str, why: &str) -> Result<String, String> {
+/// Starts the cluster's failed operation again, as a new operation resumed from it, skipping `skip` if given.
+async fn retry(
+    state: &AppState,
+    name: &str,
+    skip: Option<&str>,
+    by: &str,
+    why: &str,
+) -> Result<String, String> {
     let failed = match state.store.latest_cluster_operation(name).await {
         Ok(Some(op)) if op.status == OperationStatus::Failed => op,
         Ok(Some(op)) => {
@@ -468,8 +494,12 @@ async fn retry(state: &AppState, name: &str, by: &str, why: &str) -> Result<Stri
             return Err("internal error; see the server log".into());
         }
     };
-    let run = RollingRun::resume_from(&failed.run);
+    let run = match skip {
+        Some(server) => RollingRun::resume_skipping(&failed.run, server).map_err(|e| e.to_string())?,
+        None => RollingRun::resume_from(&failed.run),
+    };
     let (done, total) = run.progress();
+    // One retry per failed run, whichever form started it.
     let key = format!("ui-retry-of/{}", failed.id);
     match state
         .store
@@ -478,9 +508,11 @@ async fn retry(state: &AppState, name: &str, by: &str, why: &str) -> Result<Stri
     {
         Ok((op, true)) => {
             tracing::info!(cluster = %name, operation = run.kind.operation(), operation_id = op.id,
-                retry_of = failed.id, by = %by, reason = %why, "cluster operation retried from the dashboard");
+                retry_of = failed.id, skipped = skip.unwrap_or(""), by = %by, reason = %why,
+                "cluster operation retried from the dashboard");
+            let skipped = skip.map(|s| format!(", {s} skipped")).unwrap_or_default();
             Ok(format!(
-                "operation {} ({}) retried as operation {}: [{done}/{total}] done already",
+                "operation {} ({}) retried as operation {}{skipped}: [{done}/{total}] done already",
                 failed.id,
                 run.kind.operation(),
                 op.id

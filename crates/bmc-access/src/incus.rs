@@ -7,11 +7,12 @@
 //! Both the API (launch rules, cluster creation) and the workers (every tick of a run) poll through this, so
 //! what a launch is refused for and what a run acts on are read the same way.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use racklift_deploy::rolling::RollingStep;
-use racklift_deploy::rolling_run::{MemberFacts, MemberStatus, RollingRun};
+use racklift_deploy::rolling_run::{MemberFacts, MemberStatus, Phase, RollingRun};
 use racklift_incus::{
     CertPin, ClientIdentity, Fence, IncusClient, IncusConfig, OperationStatus, ServerTrust,
 };
@@ -58,6 +59,16 @@ pub struct IncusAccess {
     store: Store,
     settings: IncusSettings,
     identity: OnceCell<ClientIdentity>,
+    /// One client per server, kept across ticks while its URL and pin stay what they were: the identity is
+    /// loaded into a TLS configuration once, and later calls resume its TLS sessions instead of a full
+    /// handshake each.
+    clients: Mutex<HashMap<String, CachedClient>>,
+}
+
+struct CachedClient {
+    url: String,
+    pin: Option<String>,
+    client: IncusClient,
 }
 
 impl IncusAccess {
@@ -66,6 +77,7 @@ impl IncusAccess {
             store,
             settings,
             identity: OnceCell::new(),
+            clients: Mutex::new(HashMap::new()),
         }
     }
 
@@ -84,6 +96,9 @@ impl IncusAccess {
         let Some(url) = &endpoint.connection_url else {
             return Ok(None);
         };
+        if let Some(cached) = self.cached(endpoint, url) {
+            return Ok(Some(cached));
+        }
         let identity = self.identity().await.map_err(ClusterCheckError::Identity)?;
         let pin = endpoint
             .certificate_sha256
@@ -92,13 +107,33 @@ impl IncusAccess {
         let mut config = IncusConfig::new(&endpoint.server, url, identity, ServerTrust::from_pin(pin));
         config.allow_plain_http = self.settings.allow_plain_http;
         config.call_deadline = self.settings.call_timeout;
-        IncusClient::new(config)
-            .map(Some)
-            .map_err(|source| ClusterCheckError::Unreachable {
-                server: endpoint.server.clone(),
+        let client = IncusClient::new(config).map_err(|source| ClusterCheckError::Unreachable {
+            server: endpoint.server.clone(),
+            url: url.clone(),
+            source,
+        })?;
+        self.lock_clients().insert(
+            endpoint.server.clone(),
+            CachedClient {
                 url: url.clone(),
-                source,
-            })
+                pin: endpoint.certificate_sha256.clone(),
+                client: client.clone(),
+            },
+        );
+        Ok(Some(client))
+    }
+
+    /// The kept client for the endpoint, unless its URL or pin changed since it was built.
+    fn cached(&self, endpoint: &IncusEndpoint, url: &str) -> Option<IncusClient> {
+        self.lock_clients()
+            .get(&endpoint.server)
+            .filter(|c| c.url == url && c.pin == endpoint.certificate_sha256)
+            .map(|c| c.client.clone())
+    }
+
+    fn lock_clients(&self) -> std::sync::MutexGuard<'_, HashMap<String, CachedClient>> {
+        // The map holds no invariant a panicking holder could break.
+        self.clients.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stores the certificate a first contact recorded, so later calls are pinned to it.
@@ -185,12 +220,15 @@ impl IncusAccess {
         }
         self.identity().await.map_err(ClusterCheckError::Identity)?;
         let polled = self
-            .poll_with(endpoints, &BTreeMap::new(), &BTreeMap::new())
+            .poll_with(endpoints, &BTreeMap::new(), &BTreeMap::new(), |_| true, true)
             .await;
         Ok(polled.into_iter().map(|p| (p.server, p.facts)).collect())
     }
 
-    /// Polls every member for a tick of `run`, reading the operation of each step in flight.
+    /// Polls every member for a tick of `run`, reading the operation of each step in flight. Only the servers
+    /// the tick decides on are read whole ([`RollingRun::reads_fully`]); the others are asked their member
+    /// status, which is all the health gate needs, in one call each. The catalog is read only while an update
+    /// still has servers to stage.
     pub async fn poll_run(&self, endpoints: &[IncusEndpoint], run: &RollingRun) -> Vec<IncusEndpointFacts> {
         let operations: BTreeMap<String, String> = run
             .servers
@@ -202,7 +240,15 @@ impl IncusAccess {
             .iter()
             .filter_map(|s| s.member_name.clone().map(|n| (s.name.clone(), n)))
             .collect();
-        self.poll_with(endpoints, &operations, &names).await
+        let with_offers = run.phase == Phase::Update && !run.canceling;
+        self.poll_with(
+            endpoints,
+            &operations,
+            &names,
+            |server| run.reads_fully(server),
+            with_offers,
+        )
+        .await
     }
 
     async fn poll_with(
@@ -210,11 +256,18 @@ impl IncusAccess {
         endpoints: &[IncusEndpoint],
         operations: &BTreeMap<String, String>,
         member_names: &BTreeMap<String, String>,
+        fully: impl Fn(&str) -> bool,
+        with_offers: bool,
     ) -> Vec<IncusEndpointFacts> {
-        let offers = self.catalog_offers().await;
-        let polls = endpoints
-            .iter()
-            .map(|e| self.poll_one(e, operations.get(&e.server)));
+        let offers = if with_offers {
+            self.catalog_offers().await
+        } else {
+            Vec::new()
+        };
+        let polls = endpoints.iter().map(|e| {
+            let status_of = (!fully(&e.server)).then(|| member_names.get(&e.server)).flatten();
+            self.poll_one(e, operations.get(&e.server), status_of)
+        });
         let mut out: Vec<IncusEndpointFacts> = futures::future::join_all(polls).await;
         // A member that does not answer cannot report itself; the cluster's view of it is read from a member
         // that does (Incus reports a member without heartbeats as Offline).
@@ -269,11 +322,21 @@ impl IncusAccess {
         out
     }
 
-    async fn poll_one(&self, endpoint: &IncusEndpoint, operation: Option<&String>) -> IncusEndpointFacts {
+    /// Reads one member through its own API: whole, or only its status under the member name `status_of`.
+    async fn poll_one(
+        &self,
+        endpoint: &IncusEndpoint,
+        operation: Option<&String>,
+        status_of: Option<&String>,
+    ) -> IncusEndpointFacts {
         let mut facts = MemberFacts::default();
         match self.client(endpoint).await {
             Ok(Some(client)) => {
-                if let Err(e) = read_member(&client, &mut facts, operation).await {
+                let read = match status_of {
+                    Some(name) => read_status(&client, name, &mut facts).await,
+                    None => read_member(&client, &mut facts, operation).await,
+                };
+                if let Err(e) = read {
                     facts.reachable = false;
                     facts.error = Some(error_text(&e));
                 } else {
@@ -357,6 +420,19 @@ pub enum ActError {
     Check(ClusterCheckError),
     #[error(transparent)]
     Incus(#[from] racklift_incus::Error),
+}
+
+/// Reads only a member's status in the cluster, through its own API, under its known member name.
+async fn read_status(
+    client: &IncusClient,
+    name: &str,
+    facts: &mut MemberFacts,
+) -> Result<(), racklift_incus::Error> {
+    facts.member_name = Some(name.to_owned());
+    let member = client.member(name).await?;
+    facts.status = Some(MemberStatus::parse(member.status.as_str()));
+    facts.reachable = true;
+    Ok(())
 }
 
 /// Reads one member's facts through its own API.

@@ -107,6 +107,17 @@ pub struct MemberFacts {
 }
 
 impl MemberFacts {
+    /// What a status-only read yields: the member's name, whether it answered, its status and why not.
+    pub fn status_only(&self) -> MemberFacts {
+        MemberFacts {
+            member_name: self.member_name.clone(),
+            reachable: self.reachable,
+            status: self.status.clone(),
+            error: self.error.clone(),
+            ..MemberFacts::default()
+        }
+    }
+
     /// Whether the covered components are behind what the catalog offers (and not staged yet).
     pub fn needs_update(&self, kind: &RunKind) -> bool {
         let RunKind::Update {
@@ -176,6 +187,9 @@ pub struct RunServer {
     pub operation: Option<String>,
     /// Its Incus member name, as last read from its own API: how the others are asked about it while it is down.
     pub member_name: Option<String>,
+    /// An operator skipped it when retrying a run that failed on it: done without being restarted, its reboot
+    /// still owed.
+    pub skipped: bool,
 }
 
 impl RunServer {
@@ -210,6 +224,15 @@ pub struct RollingRun {
     /// When the next member may be started (not before a time, inside a daily window).
     #[serde(default)]
     pub schedule: crate::rolling_window::Schedule,
+}
+
+/// Why a server cannot be skipped in a retry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SkipRefused {
+    #[error("server {server} is not one of the run's servers")]
+    NotInRun { server: String },
+    #[error("server {server} was restarted by the run already")]
+    AlreadyDone { server: String },
 }
 
 /// Why a run cannot be launched, for the 4xx answer.
@@ -342,6 +365,27 @@ impl RollingRun {
         }
     }
 
+    /// As [`RollingRun::resume_from`], with `server` skipped: marked done as it is, without a step, its reboot
+    /// still owed, so the run goes on with the next server. What it is left in is the health gate's to judge: a
+    /// server the failed run left evacuated holds the next evacuation back, as any member out of service does.
+    pub fn resume_skipping(failed: &RollingRun, server: &str) -> Result<RollingRun, SkipRefused> {
+        let mut run = RollingRun::resume_from(failed);
+        let Some(s) = run.servers.iter_mut().find(|s| s.name == server) else {
+            return Err(SkipRefused::NotInRun {
+                server: server.to_owned(),
+            });
+        };
+        if s.done {
+            return Err(SkipRefused::AlreadyDone {
+                server: server.to_owned(),
+            });
+        }
+        s.done = true;
+        s.skipped = true;
+        s.update_skipped = true;
+        Ok(run)
+    }
+
     /// The server the restart phase is on (the first not done), if any.
     pub fn current(&self) -> Option<&RunServer> {
         self.servers.iter().find(|s| !s.done)
@@ -350,6 +394,20 @@ impl RollingRun {
     /// `[k/N]`: the servers done, of all.
     pub fn progress(&self) -> (usize, usize) {
         (self.servers.iter().filter(|s| s.done).count(), self.servers.len())
+    }
+
+    /// Whether the next tick must read `server` whole (versions, applications, operations) rather than only
+    /// its member status. A tick decides on the current server and, in the update phase, on every server still
+    /// to stage; every other member matters only to the health gate, through its status. A server whose member
+    /// name is not known yet is read whole, which is how its name is learnt.
+    pub fn reads_fully(&self, server: &str) -> bool {
+        let Some(s) = self.servers.iter().find(|s| s.name == server) else {
+            return true;
+        };
+        if s.member_name.is_none() || self.current().is_some_and(|c| c.name == server) {
+            return true;
+        }
+        self.phase == Phase::Update && !self.canceling && !s.update_skipped && !s.done
     }
 
     /// Servers that still owe a reboot.

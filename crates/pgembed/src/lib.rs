@@ -181,6 +181,33 @@ impl EmbeddedPostgres {
         Ok(())
     }
 
+    /// Restarts the server on the same port (fast shutdown, then start with the options it was started with):
+    /// every session is ended, as when a database host restarts under its clients.
+    pub fn restart(&self) -> Result<(), PgEmbedError> {
+        let data = self.root.join("pgdata");
+        let log = self.root.join("run").join("postgres.log");
+        let out = self.pg_ctl_args(&[
+            "restart".as_ref(),
+            "-m".as_ref(),
+            "fast".as_ref(),
+            "-w".as_ref(),
+            "-t".as_ref(),
+            "60".as_ref(),
+            "-D".as_ref(),
+            data.as_os_str(),
+            "-l".as_ref(),
+            log.as_os_str(),
+        ])?;
+        if !out.status.success() {
+            return Err(PgEmbedError::Command {
+                command: "pg_ctl restart".into(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        tracing::info!(port = self.port, "embedded PostgreSQL restarted");
+        Ok(())
+    }
+
     /// Stops a server started earlier under `root` by another process, if one is running.
     pub fn stop_dir(root: &Path) -> Result<bool, PgEmbedError> {
         let bin_dir = find_binaries()?;

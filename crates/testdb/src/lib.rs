@@ -29,7 +29,12 @@ pub fn admin_url() -> String {
 impl TestDb {
     /// Creates and migrates a database with a unique name.
     pub async fn new() -> TestDb {
-        let db = TestDb::empty().await;
+        TestDb::new_on(&admin_url()).await
+    }
+
+    /// As [`TestDb::new`], on the server `admin_url` names instead of `DATABASE_URL`'s (one a test restarts).
+    pub async fn new_on(admin_url: &str) -> TestDb {
+        let db = TestDb::empty_on(admin_url).await;
         racklift_schema::migrate(&db.pool)
             .await
             .expect("migrations apply to a fresh database");
@@ -38,7 +43,11 @@ impl TestDb {
 
     /// Creates a database with a unique name and no tables (for migration tests).
     pub async fn empty() -> TestDb {
-        let admin = PgConnectOptions::from_str(&admin_url()).expect("DATABASE_URL parses");
+        TestDb::empty_on(&admin_url()).await
+    }
+
+    async fn empty_on(admin_url: &str) -> TestDb {
+        let admin = PgConnectOptions::from_str(admin_url).expect("the admin URL parses");
         let name = format!("racklift_test_{}", uuid::Uuid::new_v4().simple());
         let mut conn = PgConnection::connect_with(&admin)
             .await

@@ -13,7 +13,7 @@ use racklift_deploy::Time;
 use racklift_deploy::rolling::{RollingConfig, RollingState as RS, RollingStep as St, ServerUpdate};
 use racklift_deploy::rolling_run::{
     LaunchRefused, MemberFacts, MemberStatus as MS, Phase, RollingRun, RunDecision, RunKind, RunServer,
-    RunSettings, decide_run,
+    RunSettings, SkipRefused, decide_run,
 };
 
 mod fixtures;
@@ -27,6 +27,7 @@ mod cancel;
 mod ends;
 mod gate;
 mod launch;
+mod reads;
 mod reboot;
 mod relaunch;
 mod update;

@@ -45,8 +45,33 @@ impl Cluster {
         self
     }
 
+    /// What a poll reads of every member: a member that answers reports its cluster member name.
     pub(crate) fn facts(&self) -> BTreeMap<String, MemberFacts> {
-        self.members.clone()
+        self.members
+            .iter()
+            .map(|(name, f)| {
+                let mut f = f.clone();
+                if f.reachable {
+                    f.member_name.get_or_insert_with(|| name.clone());
+                }
+                (name.clone(), f)
+            })
+            .collect()
+    }
+
+    /// What a worker's tick reads: whole where the run asks for it, the member status elsewhere.
+    pub(crate) fn polled_for(&self, run: &RollingRun) -> BTreeMap<String, MemberFacts> {
+        self.facts()
+            .into_iter()
+            .map(|(name, f)| {
+                let f = if run.reads_fully(&name) {
+                    f
+                } else {
+                    f.status_only()
+                };
+                (name, f)
+            })
+            .collect()
     }
 
     /// evacuate: Evacuating now, Evacuated on the next tick; reboot: unreachable for a tick, then reachable with
@@ -212,7 +237,7 @@ pub(crate) fn drive_with(
     let mut ticks = vec![];
     for i in 0..MAX_TICKS {
         hook(i, &mut run, &mut cluster);
-        let facts = cluster.facts();
+        let facts = cluster.polled_for(&run);
         let (next, decision) = decide_run(&run, &facts, t(now), cfg, settings);
         run = next;
         let server = match &decision {

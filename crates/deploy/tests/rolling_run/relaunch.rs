@@ -173,3 +173,58 @@ fn a_retry_resumed_from_a_failed_run_keeps_done_servers_done_and_rewinds_the_res
     assert_eq!(retry.phase, Phase::Update);
     assert!(server(&retry, "b").update.reboot_pending && server(&retry, "b").update.step.is_none());
 }
+
+#[test]
+fn a_retry_skipping_the_failed_server_restarts_the_others_and_leaves_its_reboot_owed() {
+    let list = three_online();
+    let run = launch(RunKind::Reboot, &list);
+    let cluster = Cluster::new(&RunKind::Reboot, &list).misbehaving("s1", St::Evacuate, Misbehave::Ignored);
+    let failed = drive(run, cluster, &cfg(), &settings(None));
+    assert!(matches!(failed.end, RunDecision::Fail { .. }), "{:?}", failed.end);
+
+    let retry = RollingRun::resume_skipping(&failed.run, "s1").expect("s1 can be skipped");
+    let s1 = server(&retry, "s1");
+    assert!(s1.done && s1.skipped && s1.update.reboot_pending, "{s1:?}");
+    assert_eq!(s1.update.step, None, "{s1:?}");
+    let trace = drive_with(
+        retry,
+        Cluster::new(&RunKind::Reboot, &list),
+        failed.now + 10,
+        &cfg(),
+        &settings(None),
+        |_, _, _| {},
+    );
+    assert_eq!(trace.end, RunDecision::Completed);
+    assert_eq!(
+        trace.triggers(),
+        tr(&[
+            ("s2", St::Evacuate),
+            ("s2", St::Reboot),
+            ("s2", St::Restore),
+            ("s3", St::Evacuate),
+            ("s3", St::Reboot),
+            ("s3", St::Restore),
+        ])
+    );
+    assert_eq!(trace.run.pending_reboot(), vec!["s1"]);
+
+    // A later retry of that run owes s1 its reboot again.
+    let again = RollingRun::resume_from(&trace.run);
+    let s1 = server(&again, "s1");
+    assert!(!s1.done && !s1.skipped && s1.update.reboot_pending, "{s1:?}");
+}
+
+#[test]
+fn a_skip_names_what_cannot_be_skipped() {
+    let list = three_online();
+    let mut failed = launch(RunKind::Reboot, &list);
+    let s1 = server_mut(&mut failed, "s1");
+    s1.done = true;
+    s1.update.reboot_pending = false;
+    for (server, expected) in [
+        ("s1", SkipRefused::AlreadyDone { server: "s1".into() }),
+        ("zz", SkipRefused::NotInRun { server: "zz".into() }),
+    ] {
+        assert_eq!(RollingRun::resume_skipping(&failed, server), Err(expected));
+    }
+}
