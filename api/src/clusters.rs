@@ -384,14 +384,18 @@ async fn launch(
     {
         return Ok((StatusCode::OK, Json(ClusterView::of(cluster, Some(&op)))).into_response());
     }
-    if let Some(op) = store.latest_cluster_operation(name).await?
+    let previous = store.latest_cluster_operation(name).await?;
+    if let Some(op) = &previous
         && op.status.is_live()
     {
-        return Err(running(&op));
+        return Err(running(op));
     }
     let endpoints = store.cluster_endpoints(name).await?;
     let facts = state.incus.poll(&endpoints).await.map_err(cluster_check_error)?;
     let mut run = RollingRun::launch(kind, &facts).map_err(launch_refused)?;
+    if let Some(previous) = &previous {
+        run = run.after(&previous.run);
+    }
     run.schedule = schedule;
     let (op, created) = store
         .start_cluster_operation(&state.queue, name, &run, key.as_deref(), caller.name())

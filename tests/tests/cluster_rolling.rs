@@ -414,6 +414,27 @@ async fn a_restore_that_keeps_failing_ends_the_run_naming_the_restore() {
     assert_eq!(audit.members[&c.hostname(0)].restores, 3, "{audit:#?}");
     assert_eq!(audit.members[&c.hostname(0)].reboots, 1, "{audit:#?}");
     assert!(!audit.members.contains_key(&c.hostname(1)), "{audit:#?}");
+
+    // The member restores again: a new rolling reboot brings it back first, rather than taking the run's own
+    // evacuation for an operator's and evacuating a second member beside it.
+    c.rack.sim.set_faults(0, Faults::default());
+    c.rack.sim.reset_cluster_audit(CLUSTER);
+    let (status, body) = c.action("reboot", json!({})).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["operation"]["servers"][0]["name"], c.names[0], "{body:#}");
+    let view = c.wait_ended(RUN_LIMIT).await;
+    assert_eq!(op_status(&view), "completed", "{view:#}");
+    let audit = c.rack.sim.cluster_audit(CLUSTER).unwrap();
+    assert_eq!(audit.max_evacuated_at_once, 1, "{audit:#?}");
+    for i in 0..3 {
+        assert_eq!(
+            audit.members[&c.hostname(i)].restores,
+            1,
+            "{}: {audit:#?}",
+            c.names[i]
+        );
+    }
+    assert_eq!(audit.members[&c.hostname(0)].evacuations, 0, "{audit:#?}");
     c.rack.stop().await;
 }
 

@@ -321,6 +321,32 @@ impl RollingRun {
         })
     }
 
+    /// A run launched after `previous` ended: a member found evacuated that `previous` had taken out itself
+    /// (its restore failed, say) is not one an operator evacuated, so it is not left so. It is taken first, so
+    /// the run brings it back before it evacuates any other member; left last, it would hold the health gate
+    /// shut in front of every other member.
+    pub fn after(mut self, previous: &RollingRun) -> RollingRun {
+        let left_out = |name: &str| {
+            previous
+                .servers
+                .iter()
+                .any(|p| p.name == name && !p.done && p.update.step.is_some() && !p.update.keep_evacuated)
+        };
+        let mut first = Vec::new();
+        let mut rest = Vec::new();
+        for mut s in std::mem::take(&mut self.servers) {
+            if s.update.keep_evacuated && left_out(&s.name) {
+                s.update.keep_evacuated = false;
+                first.push(s);
+            } else {
+                rest.push(s);
+            }
+        }
+        first.append(&mut rest);
+        self.servers = first;
+        self
+    }
+
     /// A new run retrying `failed` (spec 001: relaunching rewinds stale records): the servers the failed run
     /// restarted stay done, and are not restarted again; every other server's record starts fresh, as at
     /// launch, but for what only the failed run knows: whether the server was evacuated before any run touched

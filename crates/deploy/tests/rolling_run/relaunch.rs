@@ -228,3 +228,49 @@ fn a_skip_names_what_cannot_be_skipped() {
         assert_eq!(RollingRun::resume_skipping(&failed, server), Err(expected));
     }
 }
+
+#[test]
+fn a_launch_after_a_run_that_left_a_member_evacuated_brings_it_back_first() {
+    // The earlier run's restore of s2 never takes: it ends with s2 still evacuated by the run itself.
+    let list = three_online();
+    let run = launch(RunKind::Reboot, &list);
+    let cluster = Cluster::new(&RunKind::Reboot, &list).misbehaving("s2", St::Restore, Misbehave::Ignored);
+    let failed = drive(run, cluster, &cfg(), &settings(None));
+    assert!(
+        matches!(&failed.end, RunDecision::Fail { server, step: Some(St::Restore), .. } if server == "s2"),
+        "{:?}",
+        failed.end
+    );
+    let polled: Vec<(String, MemberFacts)> = failed.cluster.facts().into_iter().collect();
+    assert_eq!(polled[1].1.status, Some(MS::Evacuated));
+
+    // Launched from the facts alone, s2 would pass for an operator's evacuation and be left out.
+    let blind = launch(RunKind::Reboot, &polled);
+    assert!(server(&blind, "s2").update.keep_evacuated);
+    let relaunched = blind.after(&failed.run);
+    let order: Vec<&str> = relaunched.servers.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(order, ["s2", "s1", "s3"]);
+    assert!(!server(&relaunched, "s2").update.keep_evacuated);
+
+    let trace = drive(
+        relaunched,
+        Cluster::new(&RunKind::Reboot, &polled),
+        &cfg(),
+        &settings(None),
+    );
+    assert_eq!(trace.end, RunDecision::Completed);
+    assert_eq!(
+        trace.triggers()[..2],
+        tr(&[("s2", St::Reboot), ("s2", St::Restore)])[..],
+        "s2 is brought back before anyone else is evacuated"
+    );
+    for (name, f) in &trace.cluster.members {
+        assert_eq!(f.status, Some(MS::Online), "{name}");
+    }
+
+    // An operator's evacuation, found at the earlier run's launch, stays an operator's.
+    let mut kept = failed.run.clone();
+    server_mut(&mut kept, "s2").update.keep_evacuated = true;
+    let relaunched = launch(RunKind::Reboot, &polled).after(&kept);
+    assert!(server(&relaunched, "s2").update.keep_evacuated);
+}
