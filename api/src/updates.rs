@@ -223,7 +223,7 @@ pub async fn list(
         (status = 422, description = "The path or query holds a NUL character (`%00`)", body = crate::error::ErrorBody)))]
 pub async fn files(
     State(state): State<AppState>,
-    _: UpdateReader,
+    reader: UpdateReader,
     Path(uuid): Path<String>,
 ) -> Result<IncusResponse<Vec<UpdateFileView>>, IncusError> {
     let uuid = parse_uuid(&uuid)?;
@@ -231,9 +231,23 @@ pub async fn files(
         return Err(IncusError::not_found("update"));
     }
     let files = state.store.update_files(uuid).await?;
-    Ok(IncusResponse::sync(
-        files.into_iter().map(UpdateFileView::from).collect(),
-    ))
+    // A server whose cluster stages an update restricted to the OS or to some applications is offered only
+    // those components: IncusOS stages whatever its provider offers, so this is where the restriction holds.
+    let restricted = match &reader {
+        UpdateReader::Server(server) => state
+            .store
+            .live_operation_of_member(server)
+            .await?
+            .map(|op| op.run.kind),
+        UpdateReader::Token(_) => None,
+    };
+    let offered: Vec<UpdateFileView> = files
+        .into_iter()
+        .filter(|f| restricted.as_ref().is_none_or(|kind| kind.covers(&f.component)))
+        .map(UpdateFileView::from)
+        .collect();
+    tracing::debug!(reader = reader.name(), update = %uuid, files = offered.len(), "update files listed");
+    Ok(IncusResponse::sync(offered))
 }
 
 /// A file of an update: the whole file, or one byte range (RFC 9110); HEAD for its size. Several ranges in one

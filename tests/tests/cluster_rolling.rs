@@ -127,6 +127,42 @@ async fn a_rolling_update_stages_the_published_version_and_reboots_every_member_
     c.rack.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_update_restricted_to_an_application_stages_it_alone_and_reboots_every_member_once() {
+    const VERSION: &str = "209901010000";
+    let c = ClusterRack::start(MEMBERS).await;
+    let os_before: Vec<Value> = (0..MEMBERS)
+        .map(|i| c.rack.sim.truth(i)["os"]["running_version"].clone())
+        .collect();
+    publish(&c, VERSION).await;
+    let (status, started) = c.action("update", json!({"applications": ["incus"]})).await;
+    assert_eq!(status, 202, "{started}");
+    let view = c.wait_ended(RUN_LIMIT).await;
+    assert_eq!(op_status(&view), "completed", "{view:#}");
+    assert_rolled_once_each(&c, &[]);
+    // The catalog offered the members the application alone: it runs the new version, the OS the old one.
+    for (i, os) in os_before.iter().enumerate() {
+        let truth = c.rack.sim.truth(i);
+        assert_eq!(&truth["os"]["running_version"], os, "{}: {truth}", c.names[i]);
+        assert_eq!(
+            truth["os"]["staged_version"],
+            Value::Null,
+            "{}: {truth}",
+            c.names[i]
+        );
+        let incus = truth["os"]["applications"]
+            .as_array()
+            .and_then(|apps| apps.iter().find(|a| a["name"] == "incus"))
+            .unwrap_or_else(|| panic!("{}: no incus application: {truth}", c.names[i]));
+        assert_eq!(incus["version"], VERSION, "{}: {truth}", c.names[i]);
+    }
+    // The application is current now; the OS still has an update to take.
+    let (status, refused) = c.action("update", json!({"applications": ["incus"]})).await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["error"]["code"], "nothing_to_update", "{refused}");
+    c.rack.stop().await;
+}
+
 /// Publishes an OS update (and the incus application) from files inside the API's images directory.
 async fn publish(c: &ClusterRack, version: &str) {
     let dir = c.rack.images_dir().join(version);

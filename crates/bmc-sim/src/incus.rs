@@ -228,7 +228,11 @@ async fn check_update(bmc: &Arc<Bmc>) -> Response {
                     app.staged_version = Some(version.clone());
                 }
             }
-            m.os.staged_version = Some(version);
+            // The OS is staged only when the update offered an OS image: a provider may offer applications
+            // alone.
+            if components.iter().any(|c| c == "os") {
+                m.os.staged_version = Some(version);
+            }
             sync(json!({}))
         }
         Ok(CheckOutcome::Refused { version, filename }) => {

@@ -42,6 +42,18 @@ pub enum RunKind {
 }
 
 impl RunKind {
+    /// Whether the run lets a member stage `component` (`os` or an application) from the update catalog: an
+    /// update restricted to the OS, or to some applications, has the catalog offer its members only those.
+    pub fn covers(&self, component: &str) -> bool {
+        match self {
+            RunKind::Update { applications, .. } if !applications.is_empty() => {
+                applications.iter().any(|a| a == component)
+            }
+            RunKind::Update { os_only: true, .. } => component == "os",
+            _ => true,
+        }
+    }
+
     /// The operation name dead letters and metrics use.
     pub fn operation(&self) -> &'static str {
         match self {

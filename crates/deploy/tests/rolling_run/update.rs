@@ -198,3 +198,20 @@ fn rolling_update_restriction_decides_which_servers_are_updated_and_rebooted() {
         assert_eq!(rebooted, touched, "{label}: rebooted");
     }
 }
+
+#[test]
+fn a_restricted_update_has_the_catalog_offer_only_its_components() {
+    let cases: &[(RunKind, &str, bool)] = &[
+        (update(), "os", true),
+        (update(), "incus", true),
+        (os_only(), "os", true),
+        (os_only(), "incus", false),
+        (apps(&["incus"]), "incus", true),
+        (apps(&["incus"]), "os", false),
+        (apps(&["incus"]), "migration-manager", false),
+        (RunKind::Reboot, "os", true),
+    ];
+    for (kind, component, expected) in cases {
+        assert_eq!(kind.covers(component), *expected, "{kind:?} offering {component}");
+    }
+}

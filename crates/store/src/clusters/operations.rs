@@ -245,6 +245,23 @@ impl Store {
         row.map(ClusterOperation::try_from).transpose()
     }
 
+    /// The live operation of the cluster `server` is a member of, if one runs (or is paused): what decides
+    /// which components the update catalog offers the server while a restricted update stages.
+    pub async fn live_operation_of_member(
+        &self,
+        server: &str,
+    ) -> Result<Option<ClusterOperation>, StoreError> {
+        let row: Option<OperationRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {OPERATION_COLUMNS} FROM cluster_operations
+             WHERE status IN ('running', 'paused')
+               AND cluster = (SELECT cluster FROM cluster_members WHERE server = $1)"
+        )))
+        .bind(server)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(ClusterOperation::try_from).transpose()
+    }
+
     /// Asks the cluster's live operation to cancel (or pause, or resume a paused one) and makes its job due now.
     /// `NotFound` when no operation is live.
     pub async fn request_cluster_control(
