@@ -45,8 +45,8 @@ async fn failed_on_the_second_member() -> (ClusterRack, i64) {
     (c, view["operation"]["id"].as_i64().unwrap())
 }
 
-/// Opens the cluster's own page from the clusters page.
-async fn open_cluster_page(b: &fantoccini::Client) {
+/// Opens the clusters page from the navigation and waits for the cluster's row; its selector.
+async fn open_clusters_page(b: &fantoccini::Client) -> String {
     b.find(Locator::Css("#nav-clusters"))
         .await
         .expect("the clusters link")
@@ -59,6 +59,12 @@ async fn open_cluster_page(b: &fantoccini::Client) {
         .for_element(Locator::Css(&row))
         .await
         .expect("the cluster is listed");
+    row
+}
+
+/// Opens the cluster's own page from the clusters page.
+async fn open_cluster_page(b: &fantoccini::Client) {
+    let row = open_clusters_page(b).await;
     click_live(b, &format!("{row} a.detail")).await;
     b.wait()
         .at_most(WAIT)
@@ -103,18 +109,7 @@ async fn an_operator_retries_a_failed_rolling_reboot_from_the_clusters_page() {
 
     // The operator finds the failed run on the clusters page, with the server and the step it failed in.
     login(b, &base, OPERATOR).await;
-    b.find(Locator::Css("#nav-clusters"))
-        .await
-        .expect("the clusters link")
-        .click()
-        .await
-        .expect("open the clusters page");
-    let row = format!(r#"tr.cluster[data-name="{CLUSTER}"]"#);
-    b.wait()
-        .at_most(WAIT)
-        .for_element(Locator::Css(&row))
-        .await
-        .expect("the cluster is listed");
+    let row = open_clusters_page(b).await;
     let text = live_text(b, &row).await.expect("the cluster's row");
     assert!(
         text.contains("rolling_reboot") && text.contains("failed") && text.contains("[1/3]"),

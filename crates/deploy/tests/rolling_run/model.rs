@@ -214,6 +214,14 @@ pub(crate) fn tr(list: &[(&str, St)]) -> Vec<(String, St)> {
     list.iter().map(|(s, st)| (s.to_string(), *st)).collect()
 }
 
+/// The triggers of restarting `servers` in turn: evacuate, reboot, restore each.
+pub(crate) fn restarts(servers: &[&str]) -> Vec<(String, St)> {
+    servers
+        .iter()
+        .flat_map(|s| [St::Evacuate, St::Reboot, St::Restore].map(|step| (s.to_string(), step)))
+        .collect()
+}
+
 pub(crate) const MAX_TICKS: usize = 2_000;
 
 /// Drives `run` against `cluster` from `t(start)` until it completes, pauses or fails. `hook` runs before every
