@@ -128,38 +128,54 @@ async fn a_rolling_update_stages_the_published_version_and_reboots_every_member_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_update_restricted_to_an_application_stages_it_alone_and_reboots_every_member_once() {
+async fn restricted_updates_stage_only_what_they_cover_and_reboot_every_member_once_each() {
     const VERSION: &str = "209901010000";
     let c = ClusterRack::start(MEMBERS).await;
     let os_before: Vec<Value> = (0..MEMBERS)
         .map(|i| c.rack.sim.truth(i)["os"]["running_version"].clone())
         .collect();
+    let incus_version = |i: usize| {
+        let truth = c.rack.sim.truth(i);
+        truth["os"]["applications"]
+            .as_array()
+            .and_then(|apps| apps.iter().find(|a| a["name"] == "incus"))
+            .map(|a| a["version"].clone())
+            .unwrap_or_else(|| panic!("{}: no incus application: {truth}", c.names[i]))
+    };
+    let incus_before: Vec<Value> = (0..MEMBERS).map(incus_version).collect();
     publish(&c, VERSION).await;
+
+    // The OS alone: the catalog offers the members its image only, so the application stays where it was.
+    let (status, started) = c.action("update", json!({"os_only": true})).await;
+    assert_eq!(status, 202, "{started}");
+    let view = c.wait_ended(RUN_LIMIT).await;
+    assert_eq!(op_status(&view), "completed", "{view:#}");
+    assert_rolled_once_each(&c, &[]);
+    for i in 0..MEMBERS {
+        let truth = c.rack.sim.truth(i);
+        assert_eq!(truth["os"]["running_version"], VERSION, "{}: {truth}", c.names[i]);
+        assert_eq!(incus_version(i), incus_before[i], "{}: {truth}", c.names[i]);
+    }
+    assert_ne!(os_before[0], VERSION);
+
+    // Then the application alone: it runs the new version, and the OS is not staged again.
+    c.rack.sim.reset_cluster_audit(CLUSTER);
     let (status, started) = c.action("update", json!({"applications": ["incus"]})).await;
     assert_eq!(status, 202, "{started}");
     let view = c.wait_ended(RUN_LIMIT).await;
     assert_eq!(op_status(&view), "completed", "{view:#}");
     assert_rolled_once_each(&c, &[]);
-    // The catalog offered the members the application alone: it runs the new version, the OS the old one.
-    for (i, os) in os_before.iter().enumerate() {
+    for i in 0..MEMBERS {
         let truth = c.rack.sim.truth(i);
-        assert_eq!(&truth["os"]["running_version"], os, "{}: {truth}", c.names[i]);
-        assert_eq!(
-            truth["os"]["staged_version"],
-            Value::Null,
-            "{}: {truth}",
-            c.names[i]
-        );
-        let incus = truth["os"]["applications"]
-            .as_array()
-            .and_then(|apps| apps.iter().find(|a| a["name"] == "incus"))
-            .unwrap_or_else(|| panic!("{}: no incus application: {truth}", c.names[i]));
-        assert_eq!(incus["version"], VERSION, "{}: {truth}", c.names[i]);
+        assert_eq!(truth["os"]["staged_version"], Value::Null, "{}: {truth}", c.names[i]);
+        assert_eq!(incus_version(i), VERSION, "{}: {truth}", c.names[i]);
     }
-    // The application is current now; the OS still has an update to take.
-    let (status, refused) = c.action("update", json!({"applications": ["incus"]})).await;
-    assert_eq!(status, 422, "{refused}");
-    assert_eq!(refused["error"]["code"], "nothing_to_update", "{refused}");
+    // Both are current now: either restriction has nothing left to do.
+    for body in [json!({"applications": ["incus"]}), json!({"os_only": true})] {
+        let (status, refused) = c.action("update", body).await;
+        assert_eq!(status, 422, "{refused}");
+        assert_eq!(refused["error"]["code"], "nothing_to_update", "{refused}");
+    }
     c.rack.stop().await;
 }
 
