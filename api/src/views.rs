@@ -254,7 +254,9 @@ pub struct ClusterServerView {
     /// Evacuated before the run, and left so.
     pub kept_evacuated: bool,
     pub done: bool,
-    /// Skipped by an operator's retry: done without a restart, its reboot still owed.
+    /// Skipped by an operator's retry: done without a restart, its reboot still owed. Absent from the answers
+    /// of racklift versions before it, which had no skip.
+    #[serde(default)]
     pub skipped: bool,
     pub first_error: Option<String>,
     pub last_error: Option<String>,

@@ -192,7 +192,7 @@ fn record_mutation(fleet: &Fleet, bmc: &Bmc, req: &IncusRequest<'_>, reboot: boo
 /// `:check`: the provider's update check, outside the machine's lock (it is network calls); its outcome is
 /// written back together with the check's time. The provider is the installed seed's, as at start-up.
 async fn check_update(bmc: &Arc<Bmc>) -> Response {
-    let (provider, identity, running, channel) = {
+    let (provider, identity, running, oldest, channel) = {
         let mut m = bmc.machine();
         let provider =
             m.os.seed
@@ -206,14 +206,25 @@ async fn check_update(bmc: &Arc<Bmc>) -> Response {
         let Some(identity) = m.os.identity.clone() else {
             return error(StatusCode::SERVICE_UNAVAILABLE, "Incus has not started");
         };
+        // What the update is compared with: the oldest of the OS and the applications, staged counting as run.
+        let oldest = std::iter::once(m.os.staged_version.as_ref().unwrap_or(&m.os.running_version))
+            .chain(
+                m.os.applications
+                    .iter()
+                    .map(|a| a.staged_version.as_ref().unwrap_or(&a.version)),
+            )
+            .min()
+            .cloned()
+            .unwrap_or_default();
         (
             provider,
             identity,
             m.os.running_version.clone(),
+            oldest,
             m.os.channel.clone(),
         )
     };
-    let outcome = os_update::check(&provider, &identity, &running, &channel).await;
+    let outcome = os_update::check(&provider, &identity, &oldest, &channel).await;
     let mut m = bmc.machine();
     m.os.last_check = Some(chrono::Utc::now());
     match outcome {
@@ -230,7 +241,7 @@ async fn check_update(bmc: &Arc<Bmc>) -> Response {
             }
             // The OS is staged only when the update offered an OS image: a provider may offer applications
             // alone.
-            if components.iter().any(|c| c == "os") {
+            if components.iter().any(|c| c == "os") && version > running {
                 m.os.staged_version = Some(version);
             }
             sync(json!({}))

@@ -37,7 +37,7 @@ struct UpdateFile {
 /// What an update check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CheckOutcome {
-    /// Nothing newer than the running version on the channel.
+    /// Nothing on the channel newer than what the machine runs (its OS and every application).
     UpToDate,
     /// This version's files were fetched and verified: the components (`os`, application names) they update.
     Staged {
@@ -68,7 +68,7 @@ const ARCHITECTURE: &str = "x86_64";
 pub async fn check(
     oc: &OperationsCenter,
     identity: &ClientIdentity,
-    running: &str,
+    oldest_running: &str,
     channel: &str,
 ) -> Result<CheckOutcome, CheckError> {
     let failed = |path: &str| {
@@ -85,8 +85,9 @@ pub async fn check(
     else {
         return Ok(CheckOutcome::UpToDate);
     };
-    // Version strings are timestamps, compared as text (as IncusOS does).
-    if newest.version.as_str() <= running {
+    // Version strings are timestamps, compared as text (as IncusOS does). The OS and each application are
+    // updated on their own, so the update matters while any of them is older than it.
+    if newest.version.as_str() <= oldest_running {
         return Ok(CheckOutcome::UpToDate);
     }
     let base = format!("/1.0/provisioning/updates/{}/files", newest.uuid);

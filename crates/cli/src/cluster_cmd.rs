@@ -506,7 +506,11 @@ fn server_table(servers: &[ClusterServerView]) -> String {
                 s.attempts.to_string(),
                 yes_no(s.reboot_pending),
                 yes_no(s.kept_evacuated),
-                yes_no(s.done),
+                if s.skipped {
+                    "skipped".to_owned()
+                } else {
+                    yes_no(s.done)
+                },
                 truncate(&or_dash(&s.last_error), 48),
             ]
         })

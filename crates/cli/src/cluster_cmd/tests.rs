@@ -251,4 +251,15 @@ fn the_server_table_shows_each_record() {
         "SERVER  STEP  ATTEMPTS  REBOOT PENDING  KEPT EVACUATED  DONE  LAST ERROR\n\
          s1      -     0         no              no              yes   -\n"
     );
+    // A member an operator's retry skipped says so, with the reboot it still owes.
+    let skipped = op(
+        json!({ "servers": [{ "name": "s2", "step": null, "step_triggered_at": null,
+        "attempts": 0, "reboot_pending": true, "kept_evacuated": false, "done": true, "skipped": true,
+        "first_error": null, "last_error": null }] }),
+    );
+    assert_eq!(
+        server_table(&skipped.servers),
+        "SERVER  STEP  ATTEMPTS  REBOOT PENDING  KEPT EVACUATED  DONE     LAST ERROR\n\
+         s2      -     0         yes             no              skipped  -\n"
+    );
 }
