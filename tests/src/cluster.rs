@@ -135,6 +135,33 @@ impl ClusterRack {
     }
 }
 
+/// Every member was asked exactly once to evacuate, reboot and restore (those of `kept_evacuated`, evacuated
+/// before the run, only to reboot), never two were out at once beside those, and every Incus mutation carried a
+/// current fence.
+pub fn assert_rolled_once_each(c: &ClusterRack, kept_evacuated: &[usize]) {
+    let audit = c.rack.sim.cluster_audit(CLUSTER).expect("the cluster's audit");
+    let extra = kept_evacuated.len() as u32;
+    assert_eq!(audit.max_evacuated_at_once, 1 + extra, "{audit:#?}");
+    assert_eq!(audit.unfenced_mutations, 0, "{audit:#?}");
+    assert!(audit.stale_mutations.is_empty(), "{audit:#?}");
+    for (i, name) in c.names.iter().enumerate() {
+        let counts = &audit.members[&c.hostname(i)];
+        assert_eq!(counts.reboots, 1, "{name}: {audit:#?}");
+        let (evacuations, restores) = if kept_evacuated.contains(&i) {
+            (0, 0)
+        } else {
+            (1, 1)
+        };
+        assert_eq!(counts.evacuations, evacuations, "{name}: {audit:#?}");
+        assert_eq!(counts.restores, restores, "{name}: {audit:#?}");
+    }
+}
+
+/// The status of a cluster view's operation, `none` without one.
+pub fn op_status(view: &Value) -> &str {
+    view["operation"]["status"].as_str().unwrap_or("none")
+}
+
 /// Budgets short enough for a failing step to end a run within a test.
 pub fn short_budgets() -> Config {
     let mut config = Config::for_simulation(0.002);

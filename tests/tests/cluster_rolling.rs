@@ -1,39 +1,18 @@
-//! Rolling reboots and updates of a 5-member cluster end to end: deployed simulated servers formed into one Incus
-//! cluster, the API launching, the worker pool driving the run over each member's mutual-TLS Incus API, and the
-//! simulator's cluster audit checking what no run may do (two members out at once, a stale or unfenced Incus
-//! mutation, a member rebooted twice).
+//! Rolling reboots of a 5-member cluster end to end (rolling updates are in `cluster_updates.rs`): deployed
+//! simulated servers formed into one Incus cluster, the API launching, the worker pool driving the run over each
+//! member's mutual-TLS Incus API, and the simulator's cluster audit checking what no run may do (two members out
+//! at once, a stale or unfenced Incus mutation, a member rebooted twice).
 
 use std::time::Duration;
 
 use racklift_bmc_sim::Faults;
-use racklift_tests::cluster::{CLUSTER, ClusterRack, short_budgets};
+use racklift_tests::cluster::{CLUSTER, ClusterRack, assert_rolled_once_each, op_status, short_budgets};
 use serde_json::{Value, json};
 
 const MEMBERS: usize = 5;
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
-/// Every member was asked exactly once to evacuate, reboot and restore, never two were out at once, and every
-/// Incus mutation carried a current fence.
-fn assert_rolled_once_each(c: &ClusterRack, kept_evacuated: &[usize]) {
-    let audit = c.rack.sim.cluster_audit(CLUSTER).expect("the cluster's audit");
-    let extra = kept_evacuated.len() as u32;
-    assert_eq!(audit.max_evacuated_at_once, 1 + extra, "{audit:#?}");
-    assert_eq!(audit.unfenced_mutations, 0, "{audit:#?}");
-    assert!(audit.stale_mutations.is_empty(), "{audit:#?}");
-    for i in 0..MEMBERS {
-        let counts = &audit.members[&c.hostname(i)];
-        assert_eq!(counts.reboots, 1, "{}: {audit:#?}", c.names[i]);
-        let (evacuations, restores) = if kept_evacuated.contains(&i) {
-            (0, 0)
-        } else {
-            (1, 1)
-        };
-        assert_eq!(counts.evacuations, evacuations, "{}: {audit:#?}", c.names[i]);
-        assert_eq!(counts.restores, restores, "{}: {audit:#?}", c.names[i]);
-    }
-}
-
-/// As [`assert_rolled_once_each`] for a cluster of `members`.
+/// As [`assert_rolled_once_each`] for a cluster of `members`, fences not checked.
 fn assert_rolled_once_each_of(c: &ClusterRack, members: usize) {
     let audit = c.rack.sim.cluster_audit(CLUSTER).expect("the cluster's audit");
     assert_eq!(audit.max_evacuated_at_once, 1, "{audit:#?}");
@@ -46,10 +25,6 @@ fn assert_rolled_once_each_of(c: &ClusterRack, members: usize) {
             c.names[i]
         );
     }
-}
-
-fn op_status(view: &Value) -> &str {
-    view["operation"]["status"].as_str().unwrap_or("none")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -85,128 +60,6 @@ async fn a_rolling_reboot_reboots_each_member_once_one_at_a_time() {
         assert_eq!(c.rack.sim.truth(i)["os"]["member"], "Online", "{}", c.names[i]);
     }
     c.rack.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_rolling_update_stages_the_published_version_and_reboots_every_member_onto_it() {
-    const VERSION: &str = "209901010000";
-    let c = ClusterRack::start(MEMBERS).await;
-    // Nothing is published yet: an update restricted to the OS has nothing to do and is refused at launch.
-    let (status, refused) = c.action("update", json!({"os_only": true})).await;
-    assert_eq!(status, 422, "{refused}");
-    assert_eq!(refused["error"]["code"], "nothing_to_update", "{refused}");
-    // An application installed nowhere is refused, naming it.
-    let (status, refused) = c
-        .action("update", json!({"applications": ["migration-manager"]}))
-        .await;
-    assert_eq!(status, 422, "{refused}");
-    assert_eq!(refused["error"]["code"], "application_not_installed", "{refused}");
-    assert_eq!(refused["error"]["field"], "applications", "{refused}");
-
-    publish(&c, VERSION).await;
-    let (status, started) = c
-        .post(&format!("/1.0/provisioning/clusters/{CLUSTER}:update"), json!({}))
-        .await;
-    assert_eq!(status, 202, "{started}");
-    let view = c.wait_ended(RUN_LIMIT).await;
-    assert_eq!(op_status(&view), "completed", "{view:#}");
-    assert_rolled_once_each(&c, &[]);
-    for i in 0..MEMBERS {
-        let truth = c.rack.sim.truth(i);
-        assert_eq!(truth["os"]["running_version"], VERSION, "{}: {truth}", c.names[i]);
-        assert_eq!(
-            truth["os"]["staged_version"],
-            Value::Null,
-            "{}: {truth}",
-            c.names[i]
-        );
-    }
-    // Up to date now: the same restricted update has nothing left to do.
-    let (status, refused) = c.action("update", json!({"os_only": true})).await;
-    assert_eq!(status, 422, "{refused}");
-    c.rack.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn restricted_updates_stage_only_what_they_cover_and_reboot_every_member_once_each() {
-    const VERSION: &str = "209901010000";
-    let c = ClusterRack::start(MEMBERS).await;
-    let os_before: Vec<Value> = (0..MEMBERS)
-        .map(|i| c.rack.sim.truth(i)["os"]["running_version"].clone())
-        .collect();
-    let incus_version = |i: usize| {
-        let truth = c.rack.sim.truth(i);
-        truth["os"]["applications"]
-            .as_array()
-            .and_then(|apps| apps.iter().find(|a| a["name"] == "incus"))
-            .map(|a| a["version"].clone())
-            .unwrap_or_else(|| panic!("{}: no incus application: {truth}", c.names[i]))
-    };
-    let incus_before: Vec<Value> = (0..MEMBERS).map(incus_version).collect();
-    publish(&c, VERSION).await;
-
-    // The OS alone: the catalog offers the members its image only, so the application stays where it was.
-    let (status, started) = c.action("update", json!({"os_only": true})).await;
-    assert_eq!(status, 202, "{started}");
-    let view = c.wait_ended(RUN_LIMIT).await;
-    assert_eq!(op_status(&view), "completed", "{view:#}");
-    assert_rolled_once_each(&c, &[]);
-    for (i, incus) in incus_before.iter().enumerate() {
-        let truth = c.rack.sim.truth(i);
-        assert_eq!(truth["os"]["running_version"], VERSION, "{}: {truth}", c.names[i]);
-        assert_eq!(&incus_version(i), incus, "{}: {truth}", c.names[i]);
-    }
-    assert_ne!(os_before[0], VERSION);
-
-    // Then the application alone: it runs the new version, and the OS is not staged again.
-    c.rack.sim.reset_cluster_audit(CLUSTER);
-    let (status, started) = c.action("update", json!({"applications": ["incus"]})).await;
-    assert_eq!(status, 202, "{started}");
-    let view = c.wait_ended(RUN_LIMIT).await;
-    assert_eq!(op_status(&view), "completed", "{view:#}");
-    assert_rolled_once_each(&c, &[]);
-    for i in 0..MEMBERS {
-        let truth = c.rack.sim.truth(i);
-        assert_eq!(
-            truth["os"]["staged_version"],
-            Value::Null,
-            "{}: {truth}",
-            c.names[i]
-        );
-        assert_eq!(incus_version(i), VERSION, "{}: {truth}", c.names[i]);
-    }
-    // Both are current now: either restriction has nothing left to do.
-    for body in [json!({"applications": ["incus"]}), json!({"os_only": true})] {
-        let (status, refused) = c.action("update", body).await;
-        assert_eq!(status, 422, "{refused}");
-        assert_eq!(refused["error"]["code"], "nothing_to_update", "{refused}");
-    }
-    c.rack.stop().await;
-}
-
-/// Publishes an OS update (and the incus application) from files inside the API's images directory.
-async fn publish(c: &ClusterRack, version: &str) {
-    let dir = c.rack.images_dir().join(version);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut files = Vec::new();
-    for (file, data) in [
-        (format!("IncusOS_{version}.efi.gz"), vec![7u8; 40_000]),
-        ("incus.raw.gz".to_owned(), b"the incus application".to_vec()),
-    ] {
-        let path = dir.join(&file);
-        std::fs::write(&path, &data).unwrap();
-        let class = racklift_api::update_catalog::classify(&file).expect("an update file name");
-        files.push(json!({ "filename": file, "path": path.display().to_string(), "size": data.len(),
-            "sha256": racklift_store::sha256_hex(&data), "component": class.component, "type": class.file_type,
-            "architecture": class.architecture.unwrap_or("x86_64") }));
-    }
-    let (status, body) = c
-        .post(
-            "/1.0/provisioning/updates",
-            json!({ "version": version, "channels": ["stable"], "files": files }),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
