@@ -86,6 +86,14 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound { .. } => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()),
             StoreError::Conflict { .. } => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
             StoreError::Stale { .. } => ApiError::new(StatusCode::CONFLICT, "stale", e.to_string()),
+            _ if e.is_unavailable() => {
+                tracing::warn!(error = ?e, "database unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "database_unavailable",
+                    "the database cannot be reached or is not taking writes right now; retry shortly",
+                )
+            }
             _ => {
                 // The detail (SQL, connection) is for the log, not for the client.
                 tracing::error!(error = ?e, "store call failed");

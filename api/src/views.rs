@@ -95,6 +95,21 @@ pub struct DeploymentView {
     pub cancel: Option<Value>,
     pub requested_by: String,
     pub created_at: DateTime<Utc>,
+    /// Why it failed, once it has.
+    pub failure: Option<FailureView>,
+}
+
+/// A failed deployment's end: where and why, for machines, and a sentence for people.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FailureView {
+    /// The state it failed in.
+    #[schema(example = "WaitRegistration")]
+    pub state: String,
+    /// The machine-readable cause.
+    #[schema(example = "WaitTimeout")]
+    pub cause: String,
+    /// The server, the state, what it waited for, why it ended and what the BMC showed last.
+    pub reason: String,
 }
 
 impl DeploymentView {
@@ -126,6 +141,15 @@ impl DeploymentView {
             cancel: d.cancel.clone(),
             requested_by: d.requested_by.clone(),
             created_at: d.created_at,
+            failure: m.failure.as_ref().map(|f| {
+                let last: Option<racklift_deploy::Facts> =
+                    d.last_facts.clone().and_then(|v| serde_json::from_value(v).ok());
+                FailureView {
+                    state: f.state.name().to_owned(),
+                    cause: f.cause.name().to_owned(),
+                    reason: racklift_deploy::explain::failure_sentence(&d.server, m, last.as_ref()),
+                }
+            }),
         })
     }
 }

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use racklift_bmc_access::incus::IncusAccess;
+use racklift_bmc_access::incus::{ActError, IncusAccess};
 use racklift_deploy::Config;
 use racklift_deploy::rolling::RollingStep;
+use racklift_deploy::rolling_run::explain::run_failure_sentence;
 use racklift_deploy::rolling_run::{
     MemberFacts, RollingRun, RunDecision, RunSettings, decide_run, step_name,
 };
@@ -53,6 +54,16 @@ struct RunFailureContext<'a> {
     reason: &'a str,
     first_error: Option<&'a str>,
     last_error: Option<&'a str>,
+    /// For people: cluster, server, state, what it waited for, why the run ended and what was seen last.
+    sentence: &'a str,
+}
+
+/// Where a run ended, for its dead letter.
+struct Ended {
+    server: String,
+    step: Option<RollingStep>,
+    observed: String,
+    sentence: String,
 }
 
 /// How a lease ends.
@@ -61,7 +72,7 @@ enum End {
     Finish {
         status: OperationStatus,
         reason: Option<String>,
-        failed: Option<(String, Option<RollingStep>, String)>,
+        failed: Option<Ended>,
     },
 }
 
@@ -162,10 +173,24 @@ impl ClusterStepHandler {
                     reason,
                 } => {
                     op.run = next;
+                    let sentence = run_failure_sentence(
+                        &op.cluster,
+                        op.run.kind.operation(),
+                        &server,
+                        state,
+                        step,
+                        &reason,
+                        facts.get(&server),
+                    );
                     break End::Finish {
                         status: OperationStatus::Failed,
                         reason: Some(reason),
-                        failed: Some((server, step, state.def().label.to_owned())),
+                        failed: Some(Ended {
+                            server,
+                            step,
+                            observed: state.def().label.to_owned(),
+                            sentence,
+                        }),
                     };
                 }
                 RunDecision::Trigger { server, step } => {
@@ -201,20 +226,30 @@ impl ClusterStepHandler {
                     let Some(s) = run.servers.iter_mut().find(|s| s.name == server) else {
                         break End::Snooze(now);
                     };
+                    // A reboot whose call got no answer may have started all the same: watched like an
+                    // accepted one, and taken as failed only when the server is not seen going down.
+                    let unanswered = acted.as_ref().is_err_and(ActError::unanswered);
+                    let watch = step == RollingStep::Reboot && (acted.is_ok() || unanswered);
+                    let down = if watch {
+                        let limit = Duration::from_secs(cfg.reboot_timeout_secs.min(REBOOT_WATCH_SECS));
+                        tokio::select! {
+                            down = self.incus.watch_down(target, limit) => down,
+                            _ = ctx.cancel.cancelled() => return Ok(Outcome::Finished),
+                        }
+                    } else {
+                        false
+                    };
                     match acted {
                         Ok(operation) => {
                             tracing::info!(cluster = %op.cluster, server = %server, step = step_name(step),
                                 fence = job.fence, duration_ms, "cluster step triggered");
                             s.operation = operation;
-                            if step == RollingStep::Reboot {
-                                let limit =
-                                    Duration::from_secs(cfg.reboot_timeout_secs.min(REBOOT_WATCH_SECS));
-                                let down = tokio::select! {
-                                    down = self.incus.watch_down(target, limit) => down,
-                                    _ = ctx.cancel.cancelled() => return Ok(Outcome::Finished),
-                                };
-                                s.went_down |= down;
-                            }
+                            s.went_down |= down;
+                        }
+                        Err(_) if down => {
+                            tracing::info!(cluster = %op.cluster, server = %server, step = step_name(step),
+                                fence = job.fence, duration_ms, "reboot call unanswered, the server went down");
+                            s.went_down = true;
                         }
                         Err(e) => {
                             let text = crate::deploy_step::error_chain(&e);
@@ -270,35 +305,30 @@ impl ClusterStepHandler {
                 reason,
                 failed,
             } => {
-                let failed_step = failed.as_ref().and_then(|(_, step, _)| step.map(step_name));
+                let failed_step = failed.as_ref().and_then(|f| f.step.map(step_name));
                 let update = RunUpdate {
                     run: &op.run,
                     status,
                     reason: reason.as_deref(),
-                    failed_server: failed.as_ref().map(|(s, _, _)| s.as_str()),
+                    failed_server: failed.as_ref().map(|f| f.server.as_str()),
                     failed_step,
                 };
                 let operation = op.run.kind.operation();
-                let failure = failed.as_ref().map(|(server, _, observed)| {
-                    let record = op.run.servers.iter().find(|s| &s.name == server);
-                    let reason = reason.as_deref().unwrap_or("");
+                let failure = failed.as_ref().map(|ended| {
+                    let record = op.run.servers.iter().find(|s| s.name == ended.server);
                     let context = RunFailureContext {
                         operation,
                         cluster: &op.cluster,
                         operation_id: op.id,
-                        server,
+                        server: &ended.server,
                         state: failed_step,
-                        observed: observed.clone(),
-                        reason,
+                        observed: ended.observed.clone(),
+                        reason: reason.as_deref().unwrap_or(""),
                         first_error: record.and_then(|r| r.update.first_error.as_deref()),
                         last_error: record.and_then(|r| r.update.last_error.as_deref()),
+                        sentence: &ended.sentence,
                     };
-                    let message = format!(
-                        "cluster {}: {operation} ended on server {server} in step {}: {reason}",
-                        op.cluster,
-                        failed_step.unwrap_or("none"),
-                    );
-                    Failure::fatal(message)
+                    Failure::fatal(ended.sentence.clone())
                         .with_error_class(operation)
                         .with_context(serde_json::to_value(&context).unwrap_or_default())
                 });

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use racklift_deploy::certificates::CertificateSet;
+use racklift_deploy::explain::failure_sentence;
 use racklift_deploy::facts::{CancelRequest, MediaProgress};
 use racklift_deploy::{Action, Config, Decision, Deployment, Facts, Jitter, Terminal, apply_outcome, decide};
 use racklift_queue::{Failure, HandlerResult, JobContext, JobRef, Outcome, Queue, RunAt};
@@ -18,6 +19,7 @@ use racklift_redfish::{BmcClient, SlotRef};
 use racklift_store::{
     ApiFacts, DeploymentRecord, DeploymentStep, Server, Store, StoreError, queue_error, step_job,
 };
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::deploy_bmc::{self, ActContext};
@@ -237,7 +239,7 @@ impl DeployStep {
                     events.push((
                         "bmc_call".into(),
                         Some(job.fence),
-                        json!({ "action": deploy_bmc::action_name(&action), "outcome": format!("{:?}", acted.outcome),
+                        json!({ "action": deploy_bmc::action_name(&action), "outcome": acted.outcome.name(),
                                 "error": acted.error.as_ref().map(|e| e.message.clone()),
                                 "bmc_status": acted.error.as_ref().and_then(|e| e.status),
                                 "duration_ms": duration_ms }),
@@ -282,7 +284,23 @@ impl DeployStep {
             return Ok(Outcome::Snooze(RunAt::At(until)));
         }
         let record = stored.clone();
-        let context = failure_context(&record, &d, &facts_json, last_error.as_ref());
+        let sentence = machine.failure.as_ref().map(|_| {
+            let last: Option<Facts> = serde_json::from_value(facts_json.clone()).ok();
+            failure_sentence(&record.server, &machine, last.as_ref())
+        });
+        if let (Some(sentence), Some(failure)) = (&sentence, &machine.failure) {
+            let event = FailedEvent {
+                state: failure.state.name(),
+                cause: failure.cause.name(),
+                sentence,
+            };
+            events.push((
+                "failed".into(),
+                Some(job.fence),
+                serde_json::to_value(&event).unwrap_or(Value::Null),
+            ));
+        }
+        let context = failure_context(&record, &d, &facts_json, last_error.as_ref(), sentence.as_deref());
         store
             .save_machine(
                 &stored,
@@ -375,13 +393,15 @@ async fn end_job(
             Ok(())
         }
         End::Finished(Terminal::Failed) => {
-            let failure = machine.failure.as_ref();
-            let message = format!(
-                "server {}: deployment failed in {} ({:?}): {}",
-                record.server,
-                failure.map(|f| f.state.name()).unwrap_or("unknown state"),
-                failure.map(|f| f.cause),
-                machine.last_error.as_deref().unwrap_or("no error recorded")
+            let message = context.get("sentence").and_then(Value::as_str).map_or_else(
+                || {
+                    format!(
+                        "server {}: deployment failed in {}",
+                        record.server,
+                        machine.state.def().label
+                    )
+                },
+                str::to_owned,
             );
             let class = context
                 .pointer("/last_error/class")
@@ -401,19 +421,29 @@ async fn end_job(
     }
 }
 
+/// The event a failed deployment ends with: the sentence for people beside the machine-readable state and cause.
+#[derive(Serialize)]
+struct FailedEvent<'a> {
+    state: &'static str,
+    cause: &'static str,
+    sentence: &'a str,
+}
+
 /// What triage needs about a failed deployment.
 fn failure_context(
     record: &DeploymentRecord,
     d: &Deployment,
     facts: &Value,
     last_error: Option<&Value>,
+    sentence: Option<&str>,
 ) -> Value {
     json!({
         "operation": "deployment",
         "server": record.server,
         "deployment_id": record.id,
         "state": d.machine.failure.as_ref().map(|f| f.state.name()).unwrap_or(d.machine.state.name()),
-        "cause": d.machine.failure.as_ref().map(|f| format!("{:?}", f.cause)),
+        "cause": d.machine.failure.as_ref().map(|f| f.cause.name()),
+        "sentence": sentence,
         "first_error": d.machine.first_error,
         "last_error": last_error,
         "last_error_text": d.machine.last_error,

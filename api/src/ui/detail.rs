@@ -48,7 +48,7 @@ impl EventRow {
                     }
                 )
             }
-            // The outcome's Debug form repeats the error, which has its own column.
+            // The outcome's kind; its error has its own column (older events carry the whole outcome).
             "bmc_call" => {
                 let outcome = text("outcome");
                 let outcome = outcome.split(" {").next().unwrap_or_default();
@@ -156,7 +156,18 @@ async fn deployment_facts(
         ));
     }
     if let Some(f) = &m.failure {
-        out.push(kv("failed in", format!("{} ({:?})", f.state.name(), f.cause)));
+        out.push(kv(
+            "failed in",
+            format!("{} ({})", f.state.name(), f.cause.name()),
+        ));
+        let last: Option<racklift_deploy::Facts> = rec
+            .last_facts
+            .clone()
+            .and_then(|v| serde_json::from_value(v).ok());
+        out.push(kv(
+            "why",
+            racklift_deploy::explain::failure_sentence(&rec.server, m, last.as_ref()),
+        ));
     }
     if !rec.is_finished() {
         let p = racklift_deploy::triage::progress(m, chrono::Utc::now(), &state.config.deploy);

@@ -422,6 +422,14 @@ pub enum ActError {
     Incus(#[from] racklift_incus::Error),
 }
 
+impl ActError {
+    /// The call got no answer (the connection failed or the deadline ran out): the server may have acted on it.
+    pub fn unanswered(&self) -> bool {
+        matches!(self, Self::Incus(e)
+            if matches!(e.class(), racklift_incus::ErrorClass::Transport | racklift_incus::ErrorClass::Deadline))
+    }
+}
+
 /// Reads only a member's status in the cluster, through its own API, under its known member name.
 async fn read_status(
     client: &IncusClient,
@@ -485,9 +493,13 @@ async fn read_member(
         .collect();
     if let Some(url) = operation {
         let id = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
-        // An operation that can no longer be read (the member restarted) leaves the status to decide.
-        if let Ok(op) = client.operation(id).await {
-            match op.status {
+        // An operation the member no longer knows (it restarted) leaves the status to decide. One that could not
+        // be read for another reason may still run: Incus shows a member Online as soon as its restore starts, so
+        // taking the status then would call a restore done that is about to fail.
+        match client.operation(id).await {
+            Err(e) if e.class() == racklift_incus::ErrorClass::NotFound => {}
+            Err(_) => facts.operation_running = true,
+            Ok(op) => match op.status {
                 OperationStatus::Failure => {
                     facts.operation_error = Some(if op.err.is_empty() {
                         "operation failed".into()
@@ -499,7 +511,7 @@ async fn read_member(
                     facts.operation_running = true;
                 }
                 _ => {}
-            }
+            },
         }
     }
     facts.reachable = true;

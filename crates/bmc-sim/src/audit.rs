@@ -5,10 +5,12 @@
 //! carrying a token lower than one this BMC already accepted is a *stale mutation*: a worker
 //! that lost its lease still acted. The simulator executes it (a real BMC would) and records it.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
+
+use crate::bmc::Bmc;
 
 /// Header carrying the fencing token.
 pub const FENCE_HEADER: &str = "x-racklift-fence";
@@ -68,22 +70,75 @@ pub struct Audit {
     fences: Mutex<Fences>,
 }
 
-/// Decrements the in-flight count when the request ends (including a dropped, hung one).
-pub struct InFlight<'a>(&'a Audit);
+/// Decrements the in-flight count when the request ends (including a dropped, hung one), or when its connection
+/// ends first (see [`ConnRequests`]), whichever comes first.
+pub struct InFlight<'a> {
+    audit: &'a Audit,
+    ended: Option<Arc<AtomicBool>>,
+}
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self
+            .ended
+            .as_ref()
+            .is_none_or(|ended| !ended.swap(true, Ordering::AcqRel))
+        {
+            self.audit.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The requests of one connection still in flight, which end when the listener drops the connection. hyper drops
+/// a connection's socket before its handlers, so without this a request the BMC has already hung up on (closed
+/// its socket, which a client sees) would still count while that client's next request arrives: the audit would
+/// report an overlap that neither side of a real connection could have. A request ends at its handler's end or
+/// its connection's end, whichever is first; over HTTP/1 (every client here) the handlers are dropped right after.
+#[derive(Default)]
+pub struct ConnRequests {
+    live: Mutex<Vec<(Arc<Bmc>, Arc<AtomicBool>)>>,
+}
+
+impl ConnRequests {
+    /// Ends every request of this connection still counted in flight. Call before dropping the connection.
+    pub fn end_all(&self) {
+        let live = std::mem::take(&mut *self.live.lock().unwrap_or_else(|e| e.into_inner()));
+        for (bmc, ended) in live {
+            if !ended.swap(true, Ordering::AcqRel) {
+                bmc.audit.in_flight.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 }
 
 impl Audit {
     /// Count a request as started.
     pub fn enter(&self) -> InFlight<'_> {
+        self.count();
+        InFlight {
+            audit: self,
+            ended: None,
+        }
+    }
+
+    /// Count a request to `bmc` received on connection `conn` as started; it ends with its handler or with `conn`.
+    pub fn enter_on<'a>(bmc: &'a Arc<Bmc>, conn: &ConnRequests) -> InFlight<'a> {
+        bmc.audit.count();
+        let ended = Arc::new(AtomicBool::new(false));
+        let mut live = conn.live.lock().unwrap_or_else(|e| e.into_inner());
+        // A keep-alive connection serves many requests; keep only those not ended yet.
+        live.retain(|(_, done)| !done.load(Ordering::Acquire));
+        live.push((bmc.clone(), ended.clone()));
+        InFlight {
+            audit: &bmc.audit,
+            ended: Some(ended),
+        }
+    }
+
+    fn count(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.max_concurrent.fetch_max(now, Ordering::Relaxed);
-        InFlight(self)
     }
 
     /// Record a mutation and its fence header value.

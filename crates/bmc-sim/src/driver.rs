@@ -57,6 +57,7 @@ pub fn power_off(bmc: &Arc<Bmc>, m: &mut Machine) {
     m.boot_gen += 1;
     m.power = Power::PoweringOff;
     m.phase = OsPhase::Down;
+    m.land_pending_ejects();
     m.os.interrupted(bmc.shared.clock.now());
     m.boot_state = "None";
     let generation = m.boot_gen;
@@ -148,10 +149,19 @@ async fn boot(bmc: &Arc<Bmc>, generation: u64, powering_on: bool) -> Result<(), 
         };
         match device {
             BootDevice::Nothing => return Ok(()),
-            BootDevice::Media(slot) => match install::run(bmc, generation, slot).await? {
-                AfterInstall::Reboot => continue,
-                AfterInstall::Stay => return Ok(()),
-            },
+            BootDevice::Media(slot) => {
+                let after = install::run(bmc, generation, slot).await?;
+                // An eject held back by the BMC lands once the media has been booted, a little later still.
+                let held = current(bmc, generation)?.media.iter().any(|s| s.eject_pending);
+                if held {
+                    clock.sleep(t.post_stage * 2).await?;
+                    current(bmc, generation)?.land_pending_ejects();
+                }
+                match after {
+                    AfterInstall::Reboot => continue,
+                    AfterInstall::Stay => return Ok(()),
+                }
+            }
             BootDevice::Disk => {
                 current(bmc, generation)?.phase = OsPhase::OsBooting;
                 clock.sleep(t.os_boot).await?;

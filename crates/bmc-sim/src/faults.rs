@@ -45,6 +45,10 @@ pub struct Faults {
     pub drop_bios_apply: bool,
     /// Stage 1 ends without the reboot (and without waiting for an eject).
     pub halt_after_install: bool,
+    /// The next eject of a running server's media is answered (204) but lands only once the server has booted
+    /// from that media again, as when an eject reaches the BMC after the POST of the reboot that ends install
+    /// stage 1: the slot reads inserted until then. Clears itself with that eject.
+    pub late_eject: bool,
     /// Hide `BootProgress`.
     pub no_boot_progress: bool,
     /// Hide `LastResetTime`.

@@ -71,6 +71,8 @@ pub struct MediaSlot {
     /// After an eject on a stale-reporting BMC: what it keeps showing, and until when.
     #[serde(skip)]
     pub stale: Option<(String, Instant)>,
+    /// An eject was answered but has not landed yet (the `late_eject` fault).
+    pub eject_pending: bool,
 }
 
 impl MediaSlot {
@@ -476,6 +478,31 @@ impl Machine {
             self.bios.apply();
         }
         self.bios.apply_task.take()
+    }
+
+    /// Takes the media out of slot `i`; a stale-reporting BMC keeps showing it until `stale`.
+    pub fn eject(&mut self, i: usize, stale: Option<Instant>) {
+        let slot = &mut self.media[i];
+        let previous = slot.image.take();
+        slot.inserted = false;
+        slot.cached_bytes = 0;
+        slot.cached = None;
+        slot.transfer_method = None;
+        slot.protocol = None;
+        slot.eject_pending = false;
+        slot.stale = previous.clone().zip(stale);
+        if previous.is_some() {
+            self.counters.media_ejects += 1;
+        }
+    }
+
+    /// Ejects that were answered earlier land now.
+    pub fn land_pending_ejects(&mut self) {
+        for i in 0..self.media.len() {
+            if self.media[i].eject_pending {
+                self.eject(i, None);
+            }
+        }
     }
 
     /// End of POST: pick the boot device and spend a `Once` override. Media that is inserted

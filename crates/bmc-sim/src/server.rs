@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::FENCE_HEADER;
+use crate::audit::{Audit, ConnRequests, FENCE_HEADER};
 use crate::bmc::{Bmc, Shared};
 use crate::cluster::Cluster;
 use crate::faults::RequestFault;
@@ -78,41 +78,55 @@ pub async fn serve(
         let cancel = cancel.clone();
         conns.spawn(async move {
             let kill = Arc::new(Notify::new());
+            let requests = Arc::new(ConnRequests::default());
             let svc = {
                 let kill = kill.clone();
+                let requests = requests.clone();
                 hyper::service::service_fn(move |req| {
                     let fleet = fleet.clone();
                     let kill = kill.clone();
-                    async move { Ok::<_, Infallible>(handle(&fleet, &kill, req).await) }
+                    let requests = requests.clone();
+                    async move { Ok::<_, Infallible>(handle(&fleet, &kill, &requests, req).await) }
                 })
             };
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // The connection's requests end before the connection (and its socket) is dropped: hyper closes the
+            // socket before it drops the handlers, and a request the BMC has hung up on is no longer in flight.
             match tls {
                 Some(acceptor) => {
                     let Ok(stream) = acceptor.accept(stream).await else {
                         return;
                     };
                     let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    tokio::pin!(conn);
                     tokio::select! {
-                        _ = conn => {}
+                        _ = &mut conn => {}
                         () = kill.notified() => {}
                         () = cancel.cancelled() => {}
                     }
+                    requests.end_all();
                 }
                 None => {
                     let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                    tokio::pin!(conn);
                     tokio::select! {
-                        _ = conn => {}
+                        _ = &mut conn => {}
                         () = kill.notified() => {}
                         () = cancel.cancelled() => {}
                     }
+                    requests.end_all();
                 }
             }
         });
     }
 }
 
-async fn handle(fleet: &Arc<Fleet>, kill: &Notify, req: Request<Incoming>) -> Response {
+async fn handle(
+    fleet: &Arc<Fleet>,
+    kill: &Notify,
+    requests: &ConnRequests,
+    req: Request<Incoming>,
+) -> Response {
     let path = req.uri().path().to_owned();
     if let Some(rest) = path.strip_prefix("/bmc/") {
         let (name, rel) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
@@ -120,13 +134,13 @@ async fn handle(fleet: &Arc<Fleet>, kill: &Notify, req: Request<Incoming>) -> Re
             return reply::not_found();
         };
         let prefix = &path[..5 + name.len()];
-        return redfish(bmc, prefix, rel, kill, req).await;
+        return redfish(bmc, prefix, rel, kill, requests, req).await;
     }
     if path.starts_with("/redfish") {
         let Some(bmc) = fleet.bmcs.first() else {
             return reply::not_found();
         };
-        return redfish(bmc, "", &path, kill, req).await;
+        return redfish(bmc, "", &path, kill, requests, req).await;
     }
     let method = req.method().clone();
     let Ok(body) = axum::body::to_bytes(Body::new(req.into_body()), BODY_LIMIT).await else {
@@ -153,8 +167,15 @@ fn authorized(bmc: &Bmc, req: &Request<Incoming>) -> bool {
 }
 
 /// One Redfish request: concurrency audit, faults, auth, fence audit, then routing.
-async fn redfish(bmc: &Arc<Bmc>, prefix: &str, rel: &str, kill: &Notify, req: Request<Incoming>) -> Response {
-    let _in_flight = bmc.audit.enter();
+async fn redfish(
+    bmc: &Arc<Bmc>,
+    prefix: &str,
+    rel: &str,
+    kill: &Notify,
+    requests: &ConnRequests,
+    req: Request<Incoming>,
+) -> Response {
+    let _in_flight = Audit::enter_on(bmc, requests);
     let method = req.method().clone();
     let is_mutation = matches!(
         method,

@@ -20,6 +20,11 @@ pub struct Args {
     /// Multiplier for every machine timing (0.01 makes a 40-minute deployment take 24 s).
     #[arg(long, default_value_t = 1.0)]
     time_scale: f64,
+    /// Let POST stages shrink with the time scale below half a real second. By default each lasts at least that
+    /// (as under `racklift up` and the tests): the reboot that ends install stage 1 must leave a deployment,
+    /// polling every second, the time to eject the media before the server boots it again.
+    #[arg(long)]
+    no_post_floor: bool,
     /// Serve HTTPS with a generated self-signed certificate.
     #[arg(long)]
     tls: bool,
@@ -35,9 +40,12 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the Tokio runtime")?;
     runtime.block_on(async move {
-        let mut config = SimConfig::new(args.servers, args.personality)
-            .with_time_scale(args.time_scale)
-            .with_tls(args.tls);
+        let config = if args.no_post_floor {
+            SimConfig::new(args.servers, args.personality).with_time_scale(args.time_scale)
+        } else {
+            SimConfig::for_deployments(args.servers, args.personality, args.time_scale)
+        };
+        let mut config = config.with_tls(args.tls);
         config.listen = args.listen;
         config.username = args.username;
         config.password = args.password;

@@ -72,7 +72,7 @@ pub async fn connect_configured(settings: &Settings) -> anyhow::Result<PgPool> {
 }
 
 async fn connect_with(url: &str, max_connections: u32, acquire_timeout: Duration) -> anyhow::Result<PgPool> {
-    PgPoolOptions::new()
+    racklift_queue::primary_only(PgPoolOptions::new())
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
         .connect(url)

@@ -86,6 +86,7 @@ fn every_key_changed() -> Settings {
     d.reboot_timeout_secs = 28;
     d.reboot_observation_window_secs = 29;
     d.registration_timeout_secs = 30;
+    d.missed_eject_grace_secs = 24;
     d.media_idle_period_secs = 31;
     d.media_min_bytes_read = 32;
     d.min_install_duration_secs = 33;

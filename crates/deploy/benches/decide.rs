@@ -58,6 +58,7 @@ fn facts() -> Facts {
         power: Some(PowerState::On),
         last_reset_time: Some(t(10)),
         boot_progress: Some(BootProgress::OSRunning),
+        boot_progress_at: Some(t(40)),
         media: Some(MediaSlot {
             inserted: true,
             image: Some(IMAGE.into()),

@@ -39,6 +39,10 @@ pub struct Config {
     pub reboot_observation_window_secs: u64,
     /// Wait for the installed OS to register itself.
     pub registration_timeout_secs: u64,
+    /// A server powered on and not registered this long after the eject booted its installer a second time (the
+    /// eject landed after the POST of the stage 1 reboot) and is power-cycled once. It has to cover a healthy
+    /// server's POST, boot and registration, and stay under `registration_timeout_secs`.
+    pub missed_eject_grace_secs: u64,
     /// A pause of the media reads this long ends install stage 1 (only with `force`).
     pub media_idle_period_secs: u64,
     /// Distinct bytes that must have been read before the idle signal counts; capped at the image size.
@@ -87,6 +91,7 @@ impl Default for Config {
             reboot_timeout_secs: 15 * 60,
             reboot_observation_window_secs: 5 * 60,
             registration_timeout_secs: 30 * 60,
+            missed_eject_grace_secs: 15 * 60,
             media_idle_period_secs: 2 * 60,
             media_min_bytes_read: 500 * 1024 * 1024,
             min_install_duration_secs: 5 * 60,
@@ -123,6 +128,7 @@ impl Config {
             reboot_timeout_secs: s(d.reboot_timeout_secs).max(60),
             reboot_observation_window_secs: s(d.reboot_observation_window_secs).max(10),
             registration_timeout_secs: s(d.registration_timeout_secs).max(60),
+            missed_eject_grace_secs: s(d.missed_eject_grace_secs).max(15),
             media_idle_period_secs: s(d.media_idle_period_secs).max(2),
             media_min_bytes_read: 1024 * 1024,
             min_install_duration_secs: s(d.min_install_duration_secs),
@@ -165,6 +171,12 @@ impl Config {
             return Err(ConfigError::BackoffCapBelowBase {
                 base_secs: self.retry_backoff_secs,
                 cap_secs: self.retry_backoff_max_secs,
+            });
+        }
+        if self.missed_eject_grace_secs >= self.registration_timeout_secs {
+            return Err(ConfigError::GraceNotBelowRegistration {
+                grace_secs: self.missed_eject_grace_secs,
+                registration_secs: self.registration_timeout_secs,
             });
         }
         self.rolling.validate()?;

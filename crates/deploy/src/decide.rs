@@ -200,7 +200,10 @@ fn transition(mut m: Machine, to: State, cause: Cause, now: Time, reset_retries:
         m.retries = 0;
     }
     match to {
-        State::WaitInstall => m.install_watch = None,
+        State::WaitInstall => {
+            m.install_watch = None;
+            m.eject = None;
+        }
         State::WaitSecureBootSettled => m.settle_watch = None,
         _ => {}
     }
@@ -285,11 +288,13 @@ fn decide_trigger(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Ste
         State::PowerOffBIOS
         | State::PowerOffBIOSDeferred
         | State::PowerOffSecureBoot
-        | State::PowerOffSecureBootSettled => Action::PowerOff,
+        | State::PowerOffSecureBootSettled
+        | State::PowerOffMissedEject => Action::PowerOff,
         State::PowerOnBIOS
         | State::PowerOnBIOSDeferred
         | State::PowerOnSecureBoot
-        | State::PowerOnInstall => Action::PowerOn,
+        | State::PowerOnInstall
+        | State::PowerOnMissedEject => Action::PowerOn,
         State::ApplyBIOS | State::ApplyBIOSDeferred => {
             let deferred = m.state == State::ApplyBIOSDeferred;
             let wanted = if deferred {
@@ -329,7 +334,12 @@ fn decide_trigger(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Ste
         State::AttachMedia => Action::AttachMedia {
             image_url: d.plan.image_url.clone(),
         },
-        State::DetachMedia => Action::DetachMedia,
+        State::DetachMedia => {
+            if let Some(race) = next.eject.as_mut() {
+                race.observe(facts);
+            }
+            Action::DetachMedia
+        }
         State::Cleanup => Action::Cleanup,
         State::Cancel => Action::CancelCleanup,
         other => return unexpected(m, other, now),
@@ -447,6 +457,7 @@ fn decide_wait(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step {
         | State::WaitPowerOffBIOSDeferred
         | State::WaitPowerOffSecureBoot
         | State::WaitPowerOffSecureBootSettled
+        | State::WaitPowerOffMissedEject
         | State::WaitCancel
             if power == Some(PowerState::Off) =>
         {
@@ -458,6 +469,7 @@ fn decide_wait(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step {
                 }
                 State::WaitPowerOffSecureBoot => met(State::SecureBoot, Cause::ConditionMet),
                 State::WaitPowerOffSecureBootSettled => met(State::AttachMedia, Cause::ConditionMet),
+                State::WaitPowerOffMissedEject => met(State::PowerOnMissedEject, Cause::ConditionMet),
                 _ => met(State::Canceled, Cause::ConditionMet),
             }
         }
@@ -500,11 +512,21 @@ fn decide_wait(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step {
         },
         State::WaitInstall => install::wait_install(&d.plan, &mut next, facts, now, cfg),
         State::WaitMediaDetached => match &facts.media {
-            Some(slot) if !slot.inserted => met(State::WaitReboot, Cause::ConditionMet),
-            _ => WaitEval::Pending,
+            Some(slot) if !slot.inserted => {
+                if let Some(race) = next.eject.as_mut() {
+                    race.media_out_at = Some(now);
+                }
+                met(State::WaitReboot, Cause::ConditionMet)
+            }
+            _ => {
+                if let Some(race) = next.eject.as_mut() {
+                    race.observe(facts);
+                }
+                WaitEval::Pending
+            }
         },
         State::WaitReboot => install::wait_reboot(&mut next, facts, now, cfg),
-        State::WaitRegistration if facts.registered => met(State::Cleanup, Cause::Registered),
+        State::WaitRegistration => install::wait_registration(&mut next, facts, now, cfg),
         _ => WaitEval::Pending,
     };
     let timeout_at = def.timeout(cfg).map(|t| m.state_entered_at + t);
@@ -547,7 +569,7 @@ fn poll_again(next: Machine, m: &Machine, poll: Time, timeout_at: Option<Time>) 
 fn wait_timeout(mut m: Machine, facts: &Facts, plan: &Plan, now: Time, cfg: &Config) -> Step {
     let def = m.state.def();
     let Some(fallback) = def.fallback else {
-        let why = install::timeout_reason(m.state, plan, facts, cfg);
+        let why = install::timeout_reason(&m, plan, facts, cfg);
         return fail(m, Cause::WaitTimeout, why, now);
     };
     if def.budget == Budget::BiosFallback {
@@ -555,12 +577,8 @@ fn wait_timeout(mut m: Machine, facts: &Facts, plan: &Plan, now: Time, cfg: &Con
     }
     m.retries += 1;
     if m.retries > def.budget(cfg) {
-        return fail(
-            m,
-            Cause::RetriesExhausted,
-            Some(format!("{} timed out", def.state)),
-            now,
-        );
+        let why = format!("{} timed out on each of its {} attempts", def.label, m.retries);
+        return fail(m, Cause::RetriesExhausted, Some(why), now);
     }
     transition(m, fallback, Cause::WaitTimeout, now, false)
 }

@@ -51,6 +51,10 @@ pub enum Cause {
     RebootDetected,
     MediaReadOut,
     ObservationWindowPassed,
+    /// The boot after install stage 1 reached the OS boot with the media still in: the installer ran again.
+    InstallerBootedAgain,
+    /// Powered on and not registered a grace after the eject.
+    NoRegistrationAfterEject,
     SettleDurationPassed,
     WaitTimeout,
     RetriesExhausted,

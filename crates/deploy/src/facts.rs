@@ -134,6 +134,9 @@ pub struct Facts {
     pub last_reset_time: Option<Time>,
     /// `BootProgress.LastState`; not every BMC reports it.
     pub boot_progress: Option<BootProgress>,
+    /// `BootProgress.LastStateTime`: when that state was entered. The same state entered again later is a new
+    /// boot even where the polls missed the POST in between.
+    pub boot_progress_at: Option<Time>,
     /// The selected virtual media device; `None` when it could not be read.
     pub media: Option<MediaSlot>,
     pub bios: Option<BiosFacts>,

@@ -9,6 +9,7 @@
 use crate::Time;
 use crate::config::{Config, secs};
 use crate::decision::{Action, Cause};
+use crate::eject::EjectRace;
 use crate::facts::{Facts, PowerState, TransferMethod};
 use crate::reboot::{RebootSignal, RebootWatch};
 use crate::record::{Machine, Plan};
@@ -57,6 +58,7 @@ pub(crate) fn wait_install(plan: &Plan, m: &mut Machine, facts: &Facts, now: Tim
                         reboot_seen: true,
                         ..watch
                     });
+                    m.eject = Some(EjectRace::after_stage_one(facts));
                     return done(Cause::RebootDetected);
                 }
                 // Only here does time decide: without boot progress, a reset this late is
@@ -68,6 +70,7 @@ pub(crate) fn wait_install(plan: &Plan, m: &mut Machine, facts: &Facts, now: Tim
                         reboot_seen: true,
                         ..watch
                     });
+                    m.eject = Some(EjectRace::after_stage_one(facts));
                     return done(Cause::RebootDetected);
                 }
                 // A firmware reboot (staged BIOS, enrolled keys) before the installer ran:
@@ -149,6 +152,27 @@ pub(crate) fn wait_reboot(m: &mut Machine, facts: &Facts, now: Time, cfg: &Confi
     }
 }
 
+/// The installed system's registration; a server that booted its installer a second time (a missed eject) is
+/// power-cycled once on the way.
+pub(crate) fn wait_registration(m: &mut Machine, facts: &Facts, now: Time, cfg: &Config) -> WaitEval {
+    if facts.registered {
+        return WaitEval::Met {
+            to: State::Cleanup,
+            cause: Cause::Registered,
+        };
+    }
+    if let Some(race) = m.eject.as_mut()
+        && let Some(cause) = race.repair_due(facts, now, cfg)
+    {
+        race.power_cycled_at = Some(now);
+        return WaitEval::Met {
+            to: State::PowerOffMissedEject,
+            cause,
+        };
+    }
+    WaitEval::Pending
+}
+
 /// The boot that lets the firmware pick up enrolled certificates; it may reboot on its own.
 pub(crate) fn wait_secure_boot_settled(m: &mut Machine, facts: &Facts, now: Time, cfg: &Config) -> WaitEval {
     let done = |cause| WaitEval::Met {
@@ -180,10 +204,11 @@ pub(crate) fn wait_secure_boot_settled(m: &mut Machine, facts: &Facts, now: Time
 /// Why a wait without a fallback ran out, from what was last observed: what an operator reads on the failed
 /// deployment and its dead letter. The install wait says how much of the media was read and whether the server
 /// ever restarted; the registration wait passes on the refusal the server got, or says it never called.
-pub fn timeout_reason(state: State, plan: &Plan, facts: &Facts, cfg: &Config) -> Option<String> {
+pub fn timeout_reason(m: &Machine, plan: &Plan, facts: &Facts, cfg: &Config) -> Option<String> {
+    let state = m.state;
     let boot = facts
         .boot_progress
-        .map(|b| format!("; boot progress {b:?}"))
+        .map(|b| format!("; boot progress {b}"))
         .unwrap_or_default();
     match state {
         State::WaitInstall => {
@@ -204,18 +229,34 @@ pub fn timeout_reason(state: State, plan: &Plan, facts: &Facts, cfg: &Config) ->
                 cfg.install_timeout_secs
             ))
         }
-        State::WaitRegistration => Some(match &facts.registration_refused {
-            Some(why) => format!(
-                "the server's registration was refused: {why} (no registration within {} s)",
-                cfg.registration_timeout_secs
-            ),
-            None => format!(
-                "the installed server did not register within {} s{boot}. IncusOS registers at its seed's \
+        State::WaitRegistration => Some(
+            match (
+                &facts.registration_refused,
+                m.eject.and_then(|r| r.power_cycled_at),
+            ) {
+                (Some(why), _) => format!(
+                    "the server's registration was refused: {why} (no registration within {} s)",
+                    cfg.registration_timeout_secs
+                ),
+                (None, Some(_)) => format!(
+                    "the server did not register within {} s of being power-cycled with the media out, after it \
+                 {}{boot}. It stays as it is for a look at its console",
+                    cfg.registration_timeout_secs,
+                    if m.eject.is_some_and(|r| r.booted_with_media) {
+                        "booted its installer a second time (the eject landed after the POST of the reboot that ended \
+                     install stage 1)"
+                    } else {
+                        "had not registered within the eject grace (its installer may have booted a second time)"
+                    }
+                ),
+                (None, None) => format!(
+                    "the installed server did not register within {} s{boot}. IncusOS registers at its seed's \
                  provider server_url with the deployment's token, and stops before that when a seed file does \
                  not parse",
-                cfg.registration_timeout_secs
-            ),
-        }),
+                    cfg.registration_timeout_secs
+                ),
+            },
+        ),
         _ => None,
     }
 }

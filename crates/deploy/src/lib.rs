@@ -46,6 +46,8 @@ pub mod certificates;
 pub mod config;
 mod decide;
 pub mod decision;
+pub mod eject;
+pub mod explain;
 pub mod facts;
 mod install;
 pub mod mermaid;
@@ -80,6 +82,10 @@ pub enum ConfigError {
     BackoffCapBelowBase { base_secs: u64, cap_secs: u64 },
     #[error("media progress needs at least 2 ranges to coalesce, got {ranges}")]
     TooFewRanges { ranges: usize },
+    #[error(
+        "missed_eject_grace_secs ({grace_secs} s) must be below registration_timeout_secs ({registration_secs} s)"
+    )]
+    GraceNotBelowRegistration { grace_secs: u64, registration_secs: u64 },
 }
 
 /// A state name that is not in the table.

@@ -78,6 +78,13 @@ pub fn states_markdown() -> String {
          Only some edges into `Failed` and `Cancel` are drawn: every non-terminal state can fail\n\
          (a trigger out of budget, a wait without fallback timing out, the overall deadline), and a\n\
          cancel preempts every state but the clean up it triggers itself (`Cancel`, `WaitCancel`).\n\n\
+         Beyond spec 000, a missed eject is repaired once (`src/eject.rs`): when the eject lands after the POST\n\
+         of the reboot that ends install stage 1, the server boots its installer a second time and never\n\
+         registers. `WaitRegistration` power-cycles it (`PowerOffMissedEject` .. `PowerOnMissedEject`, media\n\
+         out) when a poll saw that boot reach the OS boot while the media was still inserted, or, where the BMC\n\
+         reports no boot progress or the polls missed it, when the server is powered on and unregistered\n\
+         `missed_eject_grace_secs` after the eject. The registration wait then starts again; a second miss\n\
+         fails the deployment naming the repair.\n\n\
          ## Deployment\n\n```mermaid\n{}```\n\n\
          ## Rolling restart / reboot (per server)\n\n```mermaid\n{}```\n",
         deployment(),

@@ -17,6 +17,9 @@ pub struct RebootWatch {
     /// Furthest boot progress seen since the snapshot. A state the boot had already been past
     /// is a new boot; a later state is the same boot making progress.
     pub high_water: Option<BootProgress>,
+    /// When the boot entered its high water state (`BootProgress.LastStateTime`), where the BMC says.
+    #[serde(default)]
+    pub high_water_at: Option<Time>,
     /// A reboot that ended the install wait, so the reboot wait does not look for a second one.
     pub reboot_seen: bool,
 }
@@ -40,6 +43,10 @@ impl RebootWatch {
             taken_at: now,
             last_reset_time: facts.last_reset_time,
             high_water: facts.boot_progress.filter(|p| p.is_ordered()),
+            high_water_at: facts
+                .boot_progress
+                .filter(|p| p.is_ordered())
+                .and(facts.boot_progress_at),
             reboot_seen: false,
         }
     }
@@ -53,13 +60,26 @@ impl RebootWatch {
             _ => None,
         };
         let progress = facts.boot_progress.filter(|p| p.is_ordered());
+        // Back to a state the boot had been past, or the high water state itself entered again later: polls that
+        // miss a whole POST still see the second entry's time.
         let regressed = match (self.high_water, progress) {
+            (Some(high), Some(p)) if p == high => match (self.high_water_at, facts.boot_progress_at) {
+                (Some(before), Some(at)) => Some(at > before),
+                _ => Some(false),
+            },
             (Some(high), Some(p)) => Some(p < high),
             (None, Some(_)) => Some(false),
             _ => None,
         };
         if let Some(p) = progress {
-            next.high_water = Some(self.high_water.map_or(p, |h| h.max(p)));
+            match self.high_water {
+                Some(high) if p < high => {}
+                Some(high) if p == high && self.high_water_at.is_some() => {}
+                _ => {
+                    next.high_water = Some(p);
+                    next.high_water_at = facts.boot_progress_at;
+                }
+            }
         }
         let signal = match (reset_changed, regressed) {
             (None, None) => RebootSignal::CannotTell,
@@ -166,6 +186,63 @@ mod tests {
             let w = RebootWatch::anchor(&c.snap, t(0));
             assert_eq!(w.observe(&c.now).0, c.want, "{}", c.name);
         }
+    }
+
+    #[test]
+    fn the_same_state_entered_again_is_a_new_boot() {
+        let at = |state, time: Option<i64>| Facts {
+            boot_progress: Some(state),
+            boot_progress_at: time.map(t),
+            ..Facts::default()
+        };
+        let cases = [
+            (
+                "OS boot entered again: the POST in between was missed",
+                at(P::OSBootStarted, Some(10)),
+                at(P::OSBootStarted, Some(20)),
+                RebootSignal::Rebooted {
+                    installer_ran: Some(true),
+                },
+            ),
+            (
+                "same state, same time",
+                at(P::OSBootStarted, Some(10)),
+                at(P::OSBootStarted, Some(10)),
+                RebootSignal::NotRebooted,
+            ),
+            (
+                "no state time reported",
+                at(P::OSBootStarted, None),
+                at(P::OSBootStarted, None),
+                RebootSignal::NotRebooted,
+            ),
+            (
+                "the time appears only later",
+                at(P::OSBootStarted, None),
+                at(P::OSBootStarted, Some(20)),
+                RebootSignal::NotRebooted,
+            ),
+            (
+                "a later state is the same boot",
+                at(P::OSBootStarted, Some(10)),
+                at(P::OSRunning, Some(20)),
+                RebootSignal::NotRebooted,
+            ),
+        ];
+        for (name, snap, now, want) in cases {
+            let w = RebootWatch::anchor(&snap, t(0));
+            assert_eq!(w.observe(&now).0, want, "{name}");
+        }
+        // A time learned later is kept, and a second entry after it is seen.
+        let w = RebootWatch::anchor(&at(P::OSBootStarted, None), t(0));
+        let (_, w) = w.observe(&at(P::OSBootStarted, Some(20)));
+        assert_eq!(w.high_water_at, Some(t(20)));
+        assert_eq!(
+            w.observe(&at(P::OSBootStarted, Some(30))).0,
+            RebootSignal::Rebooted {
+                installer_ran: Some(true)
+            }
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Time;
 use crate::decision::Failure;
+use crate::eject::EjectRace;
 use crate::facts::{AttrValue, Fingerprint, KeyDb};
 use crate::reboot::RebootWatch;
 use crate::table::State;
@@ -97,6 +98,9 @@ pub struct Machine {
     pub install_watch: Option<RebootWatch>,
     /// Reboot snapshot of the secure boot settle boot.
     pub settle_watch: Option<RebootWatch>,
+    /// The boot after install stage 1 and the eject that had to beat it; set when a reboot ended stage 1.
+    #[serde(default)]
+    pub eject: Option<EjectRace>,
 }
 
 impl Machine {
@@ -119,6 +123,7 @@ impl Machine {
             secure_boot_written: false,
             install_watch: None,
             settle_watch: None,
+            eject: None,
         }
     }
 

@@ -19,6 +19,7 @@ use crate::Time;
 use crate::config::secs;
 
 mod decide;
+pub mod explain;
 
 pub use decide::{decide_run, end_text, observe, step_name};
 
@@ -205,9 +206,11 @@ pub struct RunServer {
 }
 
 impl RunServer {
-    /// A trigger call failed (the server refused it, or the call got no answer): recorded as the step's error,
-    /// and the step made due again at once, so the next tick re-triggers it as a counted attempt instead of
-    /// waiting out a step that never started.
+    /// A trigger call failed and the step did not start (the server refused it, or the call got no answer and
+    /// the server was not seen to act on it): recorded as the step's error, and the step made due again at
+    /// once, so the next tick re-triggers it as a counted attempt instead of waiting out a step that never
+    /// started. A reboot goes back to pending: the wait for a server to come back (which has no fallback) is
+    /// only entered once a reboot was accepted.
     pub fn trigger_failed(&mut self, error: &str, now: Time, cfg: &RollingConfig) {
         let Some(step) = self.update.step else {
             return;
@@ -215,8 +218,14 @@ impl RunServer {
         let text = format!("{} failed: {error}", step_name(step));
         self.update.last_error = Some(text.clone());
         self.update.first_error.get_or_insert(text);
-        self.update.step_triggered_at = Some(now - secs(cfg.timeout_secs(step)));
         self.operation = None;
+        if step == RollingStep::Reboot {
+            self.update.reboot_pending = true;
+            self.update.step_triggered_at = None;
+            self.went_down = false;
+        } else {
+            self.update.step_triggered_at = Some(now - secs(cfg.timeout_secs(step)));
+        }
     }
 }
 

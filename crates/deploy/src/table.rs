@@ -48,6 +48,9 @@ pub enum State {
     WaitMediaDetached,
     WaitReboot,
     WaitRegistration,
+    PowerOffMissedEject,
+    WaitPowerOffMissedEject,
+    PowerOnMissedEject,
     Cleanup,
     Cancel,
     WaitCancel,
@@ -198,7 +201,7 @@ use Timeout as T;
 
 /// The table, in the order of the spec's diagram.
 #[rustfmt::skip]
-pub static STATES: [StateDef; 37] = [
+pub static STATES: [StateDef; 40] = [
     def(S::RefreshBMCData, "refresh BMC data", K::Trigger, T::None, None, B::Step, C::BmcDataRefresh, &[
         flow(S::CheckBIOS, None),
         fail("retries exhausted"),
@@ -286,8 +289,15 @@ pub static STATES: [StateDef; 37] = [
     ]),
     def(S::WaitRegistration, "wait for registration", K::Wait, T::Registration, None, B::None, C::Step, &[
         flow(S::Cleanup, Some("server registered")),
+        flow(S::PowerOffMissedEject, Some("once: installer booted again with the media in, or no registration within the eject grace")),
         fail("timeout"),
     ]),
+    def(S::PowerOffMissedEject, "power off (missed eject)", K::Trigger, T::None, None, B::Step, C::Step, &[flow(S::WaitPowerOffMissedEject, None)]),
+    def(S::WaitPowerOffMissedEject, "wait for power off", K::Wait, T::Step, Some(S::PowerOffMissedEject), B::Step, C::Step, &[
+        flow(S::PowerOffMissedEject, TIMEOUT),
+        flow(S::PowerOnMissedEject, POWER_OFF),
+    ]),
+    def(S::PowerOnMissedEject, "power on", K::Trigger, T::None, None, B::Step, C::Step, &[flow(S::WaitRegistration, None)]),
     def(S::Cleanup, "cleanup", K::Trigger, T::None, None, B::Step, C::Step, &[flow(S::Completed, None)]),
     def(S::Cancel, "cancel", K::Trigger, T::None, None, B::Step, C::Step, &[cancel(S::WaitCancel, None)]),
     def(S::WaitCancel, "wait for power off", K::Wait, T::Step, Some(S::Cancel), B::Step, C::Step, &[
@@ -342,7 +352,7 @@ impl State {
     }
 }
 
-static NAMES: [&str; 37] = [
+static NAMES: [&str; 40] = [
     "RefreshBMCData",
     "CheckBIOS",
     "PowerOffBIOS",
@@ -374,6 +384,9 @@ static NAMES: [&str; 37] = [
     "WaitMediaDetached",
     "WaitReboot",
     "WaitRegistration",
+    "PowerOffMissedEject",
+    "WaitPowerOffMissedEject",
+    "PowerOnMissedEject",
     "Cleanup",
     "Cancel",
     "WaitCancel",

@@ -5,6 +5,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
+use racklift_deploy::eject::EjectRace;
 use racklift_deploy::facts::{BootProgress, CancelRequest, TaskState};
 use racklift_deploy::reboot::RebootWatch;
 use racklift_deploy::table::{Kind, STATES};
@@ -336,6 +337,48 @@ fn cases() -> Vec<Case> {
             30 * 60,
             on(),
             S::Failed,
+        ),
+        Case {
+            name: "registration: the installer booted again with the media in",
+            from: S::WaitRegistration,
+            after: 3,
+            setup: |d| {
+                d.machine.eject = Some(EjectRace {
+                    booted_with_media: true,
+                    media_out_at: Some(t(98)),
+                    power_cycled_at: None,
+                });
+            },
+            input: Input::Decide(on()),
+            to: S::PowerOffMissedEject,
+        },
+        Case {
+            name: "registration: none within the eject grace",
+            from: S::WaitRegistration,
+            after: 15 * 60,
+            setup: |d| {
+                d.machine.eject = Some(EjectRace {
+                    booted_with_media: false,
+                    media_out_at: Some(t(95)),
+                    power_cycled_at: None,
+                });
+            },
+            input: Input::Decide(on()),
+            to: S::PowerOffMissedEject,
+        },
+        case(
+            "missed eject power off: timeout",
+            S::WaitPowerOffMissedEject,
+            STEP_TIMEOUT,
+            on(),
+            S::PowerOffMissedEject,
+        ),
+        case(
+            "missed eject power off: off",
+            S::WaitPowerOffMissedEject,
+            3,
+            off(),
+            S::PowerOnMissedEject,
         ),
         case("cancel: timeout", S::WaitCancel, STEP_TIMEOUT, on(), S::Cancel),
         case("cancel: off", S::WaitCancel, 3, off(), S::Canceled),

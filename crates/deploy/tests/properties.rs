@@ -135,6 +135,7 @@ prop_compose! {
             power,
             last_reset_time: lrt.map(|i| t(i * 1000)),
             boot_progress: progress.map(|i| PROGRESS[i]),
+            boot_progress_at: lrt.map(|i| t(i * 1000 + 1)),
             media,
             bios,
             bios_task: task,

@@ -36,6 +36,18 @@ struct Server {
     /// The BIOS apply task: its monitor URI, whether it is done, whether its final answer was read.
     task: Option<(String, bool, bool)>,
     tasks_created: u32,
+    /// An eject lands this long after it is asked for; until then the media reads inserted.
+    eject_lag: TimeDelta,
+    eject_at: Option<Time>,
+    /// The boot after stage 1 found the media still in at the end of its POST: the installer runs again and
+    /// the server never registers until it boots without the media.
+    installer_again: bool,
+    post_checked: bool,
+    /// The installed system never registers after a power cycle (a repair that does not help).
+    dead_after_cycle: bool,
+    power_cycles_after_install: u32,
+    /// How long install stage 1 takes.
+    install_minutes: i64,
 }
 
 impl Server {
@@ -57,6 +69,13 @@ impl Server {
             task_monitors: false,
             task: None,
             tasks_created: 0,
+            eject_lag: TimeDelta::zero(),
+            eject_at: None,
+            installer_again: false,
+            post_checked: false,
+            dead_after_cycle: false,
+            power_cycles_after_install: 0,
+            install_minutes: 7,
         }
     }
 
@@ -71,6 +90,13 @@ impl Server {
         s.key_dbs = correct_key_dbs();
         s.media = None;
         s
+    }
+
+    /// The installed system comes up (and registers): not while the installer runs a second time, nor after a
+    /// power cycle on a server whose repair does not help.
+    fn boots_installed(&self) -> bool {
+        let dead = self.dead_after_cycle && self.power_cycles_after_install > 0;
+        !self.installer_again && !dead
     }
 
     fn reset(&mut self, now: Time) {
@@ -102,14 +128,15 @@ impl Server {
     fn facts(&mut self, now: Time) -> Facts {
         // Install stage 1: the installer runs from the media, then the server reboots itself.
         if let (Some(start), None) = (self.install_started, self.rebooted_after_install) {
-            if now >= start + TimeDelta::minutes(7) {
+            let end = start + TimeDelta::minutes(self.install_minutes);
+            if now >= end {
                 self.reads = Some(MediaProgress {
                     bytes_read: (900 * MIB) as i64,
-                    last_read_at: Some(start + TimeDelta::minutes(6)),
+                    last_read_at: Some(end - TimeDelta::minutes(1)),
                 });
                 if !self.waits_for_eject {
-                    self.rebooted_after_install = Some(start + TimeDelta::minutes(7));
-                    self.reset(start + TimeDelta::minutes(7));
+                    self.rebooted_after_install = Some(end);
+                    self.reset(end);
                 }
             } else if now >= start + TimeDelta::minutes(1) {
                 self.reads = Some(MediaProgress {
@@ -126,10 +153,26 @@ impl Server {
             self.rebooted_after_install = Some(now);
             self.reset(now);
         }
-        let progress = match (self.power, self.booted_at) {
-            (false, _) | (true, None) => BootProgress::None,
-            (true, Some(b)) if now - b < TimeDelta::seconds(30) => BootProgress::MemoryInitializationStarted,
-            (true, Some(_)) => BootProgress::OSRunning,
+        // The POST of the boot after stage 1 ends 30 s after its reset: whatever media is in then is booted.
+        if let Some(r) = self.rebooted_after_install
+            && !self.post_checked
+            && now >= r + TimeDelta::seconds(30)
+        {
+            self.post_checked = true;
+            let in_at_post_end =
+                self.media.is_some() && self.eject_at.is_none_or(|e| e > r + TimeDelta::seconds(30));
+            self.installer_again = in_at_post_end;
+        }
+        if self.eject_at.is_some_and(|e| now >= e) {
+            self.eject_at = None;
+            self.media = None;
+        }
+        let (progress, progress_at) = match (self.power, self.booted_at) {
+            (false, _) | (true, None) => (BootProgress::None, None),
+            (true, Some(b)) if now - b < TimeDelta::seconds(30) => {
+                (BootProgress::MemoryInitializationStarted, Some(b))
+            }
+            (true, Some(b)) => (BootProgress::OSRunning, Some(b + TimeDelta::seconds(30))),
         };
         Facts {
             power: Some(if self.power {
@@ -139,6 +182,7 @@ impl Server {
             }),
             last_reset_time: self.reports_reset.then_some(self.last_reset),
             boot_progress: self.reports_progress.then_some(progress),
+            boot_progress_at: progress_at.filter(|_| self.reports_progress),
             media: Some(MediaSlot {
                 inserted: self.media.is_some(),
                 image: self.media.clone(),
@@ -150,9 +194,10 @@ impl Server {
             }),
             bios_task: None,
             key_dbs: self.key_dbs.clone(),
-            registered: self
-                .rebooted_after_install
-                .is_some_and(|r| now >= r + TimeDelta::minutes(2)),
+            registered: self.boots_installed()
+                && self
+                    .rebooted_after_install
+                    .is_some_and(|r| now >= r + TimeDelta::minutes(2)),
             registration_refused: None,
             media_progress: self.reads,
             cancel: None,
@@ -169,6 +214,13 @@ impl Server {
             Action::PowerOn if !self.power => {
                 self.power = true;
                 self.reset(now);
+                if self.rebooted_after_install.is_some() {
+                    // Booted again after the install: the POST decides afresh what it boots.
+                    self.power_cycles_after_install += 1;
+                    self.rebooted_after_install = Some(now);
+                    self.post_checked = false;
+                    self.installer_again = false;
+                }
                 if self.media.as_deref() == Some(IMAGE) && self.install_started.is_none() {
                     self.install_started = Some(now);
                 }
@@ -193,6 +245,9 @@ impl Server {
                         entries.extend(enroll.iter().cloned());
                     }
                 }
+            }
+            Action::DetachMedia if self.eject_lag > TimeDelta::zero() => {
+                self.eject_at.get_or_insert(now + self.eject_lag);
             }
             Action::ClearMedia | Action::DetachMedia => self.media = None,
             Action::AttachMedia { image_url } => self.media = Some(image_url.clone()),
@@ -303,6 +358,147 @@ fn configured_server_skips_the_bios_passes_and_the_settle_boot() {
         State::Completed,
     ];
     assert_eq!(path, expected);
+}
+
+#[test]
+fn a_missed_eject_is_repaired_by_one_power_cycle() {
+    struct Row {
+        name: &'static str,
+        progress: bool,
+        reset: bool,
+        eject_lag_secs: i64,
+        dead_after_cycle: bool,
+        end: Terminal,
+        cycles: u32,
+        /// Longest the repair may come after the media went out.
+        repair_within: Option<TimeDelta>,
+    }
+    let grace = TimeDelta::seconds(cfg().missed_eject_grace_secs as i64);
+    let soon = TimeDelta::seconds(cfg().poll_interval_secs as i64 * 2);
+    let rows = [
+        Row {
+            name: "prompt eject",
+            progress: true,
+            reset: true,
+            eject_lag_secs: 0,
+            dead_after_cycle: false,
+            end: Terminal::Completed,
+            cycles: 0,
+            repair_within: None,
+        },
+        Row {
+            name: "prompt eject, reset time only",
+            progress: false,
+            reset: true,
+            eject_lag_secs: 0,
+            dead_after_cycle: false,
+            end: Terminal::Completed,
+            cycles: 0,
+            repair_within: None,
+        },
+        Row {
+            name: "late eject, boot progress and reset time",
+            progress: true,
+            reset: true,
+            eject_lag_secs: 60,
+            dead_after_cycle: false,
+            end: Terminal::Completed,
+            cycles: 1,
+            repair_within: Some(soon),
+        },
+        Row {
+            name: "late eject, boot progress only",
+            progress: true,
+            reset: false,
+            eject_lag_secs: 60,
+            dead_after_cycle: false,
+            end: Terminal::Completed,
+            cycles: 1,
+            repair_within: Some(soon),
+        },
+        Row {
+            name: "late eject, reset time only: the grace",
+            progress: false,
+            reset: true,
+            eject_lag_secs: 60,
+            dead_after_cycle: false,
+            end: Terminal::Completed,
+            cycles: 1,
+            repair_within: Some(grace + soon),
+        },
+        Row {
+            name: "late eject, the repair does not help",
+            progress: true,
+            reset: true,
+            eject_lag_secs: 60,
+            dead_after_cycle: true,
+            end: Terminal::Failed,
+            cycles: 1,
+            repair_within: Some(soon),
+        },
+    ];
+    for row in rows {
+        let mut server = Server::configured();
+        server.reports_progress = row.progress;
+        server.reports_reset = row.reset;
+        server.eject_lag = TimeDelta::seconds(row.eject_lag_secs);
+        server.dead_after_cycle = row.dead_after_cycle;
+        // Without boot progress a reset ends stage 1 only past the install reboot fallback delay.
+        server.install_minutes = if row.progress { 7 } else { 12 };
+        let mut d = Deployment::new(plan(), t(0));
+        let mut now = t(0);
+        let mut media_out = None;
+        let mut repaired = None;
+        let end = loop {
+            let facts = server.facts(now);
+            let step = decide(&d, &facts, now, &cfg());
+            if let Some(tr) = step.transition {
+                if tr.to == State::WaitReboot {
+                    media_out = Some(now);
+                }
+                if tr.to == State::PowerOffMissedEject {
+                    repaired = Some(now);
+                }
+            }
+            d.machine = step.machine;
+            match step.decision {
+                Decision::Finished(terminal) => break terminal,
+                Decision::Continue => {}
+                Decision::Snooze { until } => now = until,
+                Decision::Retry { at } => now = at,
+                Decision::Act { action, .. } => {
+                    let outcome = match server.act(&action, now) {
+                        Some(task_monitor) => Outcome::Accepted { task_monitor },
+                        None => Outcome::Succeeded,
+                    };
+                    now += TimeDelta::seconds(2);
+                    d.machine = apply_outcome(&d, &outcome, now, &cfg(), Jitter::NONE).machine;
+                }
+            }
+            assert!(now < t(4 * 3600), "{}: did not end", row.name);
+        };
+        assert_eq!(end, row.end, "{}: {:?}", row.name, d.machine.failure);
+        assert_eq!(server.power_cycles_after_install, row.cycles, "{}", row.name);
+        match (row.repair_within, repaired, media_out) {
+            (None, None, _) => {}
+            (Some(within), Some(at), Some(out)) => assert!(
+                at >= out && at - out <= within,
+                "{}: repaired {} s after the media went out",
+                row.name,
+                (at - out).num_seconds()
+            ),
+            other => panic!("{}: {other:?}", row.name),
+        }
+        if row.end == Terminal::Failed {
+            let failure = d.machine.failure.as_ref().expect("a failure");
+            assert_eq!(failure.state, State::WaitRegistration);
+            let why = failure.error.as_deref().unwrap_or_default();
+            assert!(
+                why.contains("power-cycled") && why.contains("booted its installer a second time"),
+                "{why}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -7,6 +7,9 @@
 //! data directory that user cannot reach (a checkout under `/root`, mode 0700) is moved under
 //! [`RELOCATED_BASE`], named after the requested directory so every start from the same place finds the same
 //! database.
+//!
+//! [`ReplicatedPostgres`] runs a primary with a synchronous streaming standby from the same binaries, and fails
+//! over between them (the primary killed, the standby promoted): what the failover tests run racklift against.
 
 use std::fs;
 use std::io;
@@ -15,6 +18,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+pub mod haproxy;
+mod replication;
+
+pub use replication::{Node, REPLICATION_ROLE, ReplicatedPostgres, ReplicationError, STANDBY_NAME};
 
 /// The database racklift creates inside the embedded server.
 pub const DATABASE: &str = "racklift";
@@ -65,6 +73,15 @@ impl EmbeddedPostgres {
     /// Starts (initialising on first use) the server whose files live under `root`, or under a relocated
     /// directory when `root` is closed to the server's user (see [`EmbeddedPostgres::relocated_from`]).
     pub fn start(root: &Path) -> Result<EmbeddedPostgres, PgEmbedError> {
+        EmbeddedPostgres::start_with(root, &[])
+    }
+
+    /// As [`EmbeddedPostgres::start`], with `settings` given to the server on its command line (`-c name=value`)
+    /// on top of the listen address, socket directory and connection limit every embedded server has.
+    pub(crate) fn start_with(
+        root: &Path,
+        settings: &[(&str, String)],
+    ) -> Result<EmbeddedPostgres, PgEmbedError> {
         let bin_dir = find_binaries()?;
         let run_as = unprivileged_user()?;
         let requested = absolute(root)?;
@@ -105,13 +122,26 @@ impl EmbeddedPostgres {
             pg.pg_ctl(&["stop", "-m", "fast", "-w", "-D"], &data)?;
         }
         pg.port = free_port(&pg.root)?;
-        let options = format!(
+        pg.launch(settings)?;
+        tracing::info!(port = pg.port, dir = %pg.root.display(), "embedded PostgreSQL started");
+        Ok(pg)
+    }
+
+    /// `pg_ctl start` of the data directory under the root, on the server's port, waiting until it accepts
+    /// connections; a failure carries the end of the server's log.
+    pub(crate) fn launch(&self, settings: &[(&str, String)]) -> Result<(), PgEmbedError> {
+        let data = self.root.join("pgdata");
+        let run = self.root.join("run");
+        let mut options = format!(
             "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c max_connections=200",
-            pg.port,
+            self.port,
             run.display()
         );
+        for (name, value) in settings {
+            options.push_str(&format!(" -c {name}={value}"));
+        }
         let log = run.join("postgres.log");
-        let out = pg.pg_ctl_args(&[
+        let out = self.pg_ctl_args(&[
             "start".as_ref(),
             "-w".as_ref(),
             "-t".as_ref(),
@@ -124,15 +154,12 @@ impl EmbeddedPostgres {
             options.as_ref(),
         ])?;
         if !out.status.success() {
-            let tail = fs::read_to_string(&log).unwrap_or_default();
-            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
             return Err(PgEmbedError::Command {
                 command: "pg_ctl start".into(),
-                stderr: format!("{}{}", String::from_utf8_lossy(&out.stderr), tail.join(" | ")),
+                stderr: format!("{}{}", String::from_utf8_lossy(&out.stderr), log_tail(&log, 5)),
             });
         }
-        tracing::info!(port = pg.port, dir = %pg.root.display(), "embedded PostgreSQL started");
-        Ok(pg)
+        Ok(())
     }
 
     /// The connection URL of the `racklift` database (created by the caller on the admin URL if missing).
@@ -461,11 +488,24 @@ fn read_or_create_password(path: &Path) -> Result<String, PgEmbedError> {
     if let Ok(existing) = fs::read_to_string(path) {
         return Ok(existing.trim().to_string());
     }
-    let password: String = (0..32)
-        .map(|_| char::from(b"abcdefghijkmnpqrstuvwxyz23456789"[rand::random_range(0..32)]))
-        .collect();
+    let password = generate_password();
     write_private(path, &password)?;
     Ok(password)
+}
+
+/// 32 random letters and digits (no look-alikes): safe inside a SQL string literal and a connection string.
+fn generate_password() -> String {
+    (0..32)
+        .map(|_| char::from(b"abcdefghijkmnpqrstuvwxyz23456789"[rand::random_range(0..32)]))
+        .collect()
+}
+
+/// The last `lines` lines of a server log, joined by ` | `, for an error message.
+fn log_tail(log: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let mut tail: Vec<&str> = text.lines().rev().take(lines).collect();
+    tail.reverse();
+    tail.join(" | ")
 }
 
 /// A free loopback port. The port is remembered so a restarted server keeps its URL when it can.

@@ -30,6 +30,26 @@ pub enum QueueError {
     Database(#[source] sqlx::Error),
 }
 
+impl QueueError {
+    /// The message with every source after it, for logs: `queue database statement` alone cannot tell a standby
+    /// refusing a write from a connection reset.
+    pub fn report(&self) -> String {
+        let mut out = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            out.push_str(": ");
+            out.push_str(&s.to_string());
+            source = s.source();
+        }
+        out
+    }
+
+    /// A database error another attempt may get past (the server restarting, failing over, refusing for a moment).
+    pub fn is_transient_database(&self) -> bool {
+        matches!(self, QueueError::Database(_))
+    }
+}
+
 impl From<sqlx::Error> for QueueError {
     fn from(e: sqlx::Error) -> Self {
         QueueError::Database(e)

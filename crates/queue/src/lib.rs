@@ -22,7 +22,7 @@ pub use job::{
     BatchEnqueued, Enqueued, ErrorClass, FailOutcome, Failure, Fence, JobId, JobPayload, LeasedJob, NewJob,
     RunAt,
 };
-pub use queue::{JobRef, Queue, QueueConfig, RescueReport};
+pub use queue::{JobRef, Queue, QueueConfig, RescueReport, primary_only};
 pub use sql::{CHANNEL, LEASE_SQL};
 pub use worker::{
     Handler, HandlerResult, JobContext, LeaseClock, Outcome, Registry, WorkerConfig, WorkerPool,

@@ -8,19 +8,26 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
-use reqwest::{Method, StatusCode, Url};
+use base64::Engine as _;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{OnceCell, Semaphore};
 use tracing::Instrument;
+use url::Url;
 
 pub use crate::config::{BmcConfig, FENCE_HEADER, Fence, RetryPolicy};
 use crate::error::{Error, Result, parse_error_body};
 use crate::secret::Credentials;
 use crate::tls::{client_config, is_certificate_error};
+use crate::transport::{Answer, BoxError, Endpoint, exchange};
 
-/// A Redfish client for one BMC. Cheap to clone; clones share the connection pool, the
-/// discovered URIs and the BMC's limiter.
+/// A Redfish client for one BMC. Cheap to clone; clones share the endpoint (address and TLS
+/// configuration), the discovered URIs and the BMC's limiter. Each call has a connection of its
+/// own (see `transport`).
 #[derive(Clone)]
 pub struct BmcClient {
     inner: Arc<Inner>,
@@ -29,7 +36,7 @@ pub struct BmcClient {
 }
 
 struct Inner {
-    http: reqwest::Client,
+    endpoint: Endpoint,
     base: Url,
     server: String,
     credentials: Credentials,
@@ -74,6 +81,29 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
+    /// The reply of a complete answer, with the headers the operations read.
+    fn from_answer(answer: Answer) -> Self {
+        let header = |name| {
+            answer
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let location = header(header::LOCATION);
+        let etag = header(header::ETAG);
+        let retry_after = header(header::RETRY_AFTER)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        Self {
+            status: answer.status,
+            location,
+            retry_after,
+            etag,
+            body: answer.body.to_vec(),
+        }
+    }
+
     /// The reply itself when its status is a success, else [`Error::Status`] with what the BMC's error body says.
     pub fn checked(self, method: &str, path: &str) -> Result<Self> {
         if self.status.is_success() {
@@ -124,19 +154,11 @@ impl BmcClient {
             base.set_path(&path);
         }
         let tls = client_config(&config.tls, &config.server)?;
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .connect_timeout(config.connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| Error::Config {
-                reason: format!("HTTP client: {e}"),
-            })?;
+        let endpoint = Endpoint::new(&base, tls, config.connect_timeout)?;
         let permits = config.limiter.for_host(base.as_str());
         Ok(Self {
             inner: Arc::new(Inner {
-                http,
+                endpoint,
                 base,
                 server: config.server,
                 credentials: config.credentials,
@@ -340,10 +362,18 @@ impl BmcClient {
         Ok(url)
     }
 
-    /// One HTTP exchange under the BMC's permit.
+    /// One HTTP exchange under the BMC's permit. The permit goes into the exchange, which gives it back only
+    /// once the exchange's connection is gone (see `transport`), so a call dropped at its deadline keeps the BMC's
+    /// slot until the BMC has closed the abandoned request's connection.
     async fn attempt(&self, req: &Req<'_>) -> Result<Reply> {
         let url = self.resolve(req.path)?;
-        let _permit = self
+        let method = req.method.as_str();
+        let request = self.build(req, &url).map_err(|source| Error::Transport {
+            method: method.to_owned(),
+            path: req.path.to_owned(),
+            source,
+        })?;
+        let permit = self
             .inner
             .permits
             .clone()
@@ -353,52 +383,13 @@ impl BmcClient {
                 reason: "per-BMC limiter closed".into(),
             })?;
         let started = Instant::now();
-        let creds = &self.inner.credentials;
-        let mut builder = self
-            .inner
-            .http
-            .request(req.method.clone(), url)
-            .basic_auth(&creds.username, Some(creds.password.expose()))
-            .header(reqwest::header::ACCEPT, "application/json");
-        if let Some(fence) = self.fence {
-            builder = builder.header(FENCE_HEADER, fence.0);
-        }
-        if let Some(etag) = req.if_match {
-            builder = builder.header(reqwest::header::IF_MATCH, etag);
-        }
-        if let Some(body) = req.body {
-            builder = builder.json(body);
-        }
-        let method = req.method.as_str();
-        let outcome = async {
-            let resp = builder.send().await?;
-            let status = resp.status();
-            let header = |name| {
-                resp.headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-            };
-            let location = header(reqwest::header::LOCATION);
-            let etag = header(reqwest::header::ETAG);
-            let retry_after = header(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
-            let body = resp.bytes().await?.to_vec();
-            Ok::<_, reqwest::Error>(Reply {
-                status,
-                location,
-                retry_after,
-                etag,
-                body,
-            })
-        }
-        .await;
+        let outcome = exchange(&self.inner.endpoint, request, permit).await;
         let duration_ms = started.elapsed().as_millis() as u64;
         let fence = self.fence.map(|f| f.0);
         let server = self.inner.server.as_str();
         match outcome {
-            Ok(reply) => {
+            Ok(answer) => {
+                let reply = Reply::from_answer(answer);
                 tracing::debug!(
                     server,
                     method,
@@ -413,13 +404,52 @@ impl BmcClient {
             Err(source) => {
                 tracing::debug!(server, method, path = req.path, duration_ms, fence, error = %source, "redfish request failed");
                 let (method, path) = (method.to_owned(), req.path.to_owned());
-                if is_certificate_error(&source) {
+                if is_certificate_error(source.as_ref()) {
                     Err(Error::Tls { method, path, source })
                 } else {
                     Err(Error::Transport { method, path, source })
                 }
             }
         }
+    }
+
+    /// The HTTP request for `req` at `url`: origin-form target, `Host`, Basic auth (marked sensitive, so it is
+    /// never printed), JSON `Accept`, the fence and `If-Match` when set, and a JSON body. Fails only on a
+    /// header value that is not one (an ETag with control characters), which reqwest also reported as a
+    /// transport failure.
+    fn build(&self, req: &Req<'_>, url: &Url) -> std::result::Result<hyper::Request<Full<Bytes>>, BoxError> {
+        let target = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let creds = &self.inner.credentials;
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            creds.username,
+            creds.password.expose()
+        ));
+        let mut authorization = HeaderValue::try_from(format!("Basic {basic}"))?;
+        authorization.set_sensitive(true);
+        let mut builder = hyper::Request::builder()
+            .method(req.method.clone())
+            .uri(target)
+            .header(header::HOST, self.inner.endpoint.host_header())
+            .header(header::AUTHORIZATION, authorization)
+            .header(header::ACCEPT, "application/json");
+        if let Some(fence) = self.fence {
+            builder = builder.header(FENCE_HEADER, fence.0);
+        }
+        if let Some(etag) = req.if_match {
+            builder = builder.header(header::IF_MATCH, etag);
+        }
+        let body = match req.body {
+            Some(body) => {
+                builder = builder.header(header::CONTENT_TYPE, "application/json");
+                Bytes::from(serde_json::to_vec(body)?)
+            }
+            None => Bytes::new(),
+        };
+        Ok(builder.body(Full::new(body))?)
     }
 
     /// The managed ComputerSystem's URI: the configured one, else the first member of

@@ -2,7 +2,7 @@
 //! `tests/fuzz.rs` can feed them any body. Not an API: the operations call these same functions on every answer,
 //! and this module only strings them together, followed by the accessors the operations read the values with.
 
-use reqwest::StatusCode;
+use hyper::StatusCode;
 use serde_json::{Map, Value};
 
 use crate::bios::Bios;

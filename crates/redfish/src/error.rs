@@ -99,7 +99,7 @@ pub enum Error {
         method: String,
         path: String,
         #[source]
-        source: reqwest::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The TLS handshake rejected the BMC's certificate.
     #[error("{method} {path}: BMC certificate rejected")]
@@ -107,7 +107,7 @@ pub enum Error {
         method: String,
         path: String,
         #[source]
-        source: reqwest::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The operation's call deadline ran out.
     #[error("{operation}: call deadline of {} ms exceeded", deadline.as_millis())]

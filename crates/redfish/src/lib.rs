@@ -1,8 +1,9 @@
-//! racklift's Redfish client: typed operations against one BMC over reqwest + rustls.
+//! racklift's Redfish client: typed operations against one BMC over hyper + rustls.
 //!
 //! What it owns: the Redfish wire protocol and its vendor fallbacks (reset types via
 //! ActionInfo, Once → Continuous boot override, InsertMedia → OEM → PATCH, settings objects,
-//! key databases, task monitors), TLS verification and pinning, the per-BMC one-call limit,
+//! key databases, task monitors), TLS verification and pinning, the per-BMC one-call limit
+//! (a call's slot held until its connection is closed, see `transport`),
 //! the per-call deadline and error classification.
 //!
 //! What it deliberately does not do: retry durably (the job queue does, with backoff as a
@@ -27,6 +28,7 @@ mod secure_boot;
 mod system;
 mod task;
 mod tls;
+mod transport;
 
 pub use bios::{Bios, StageOutcome};
 pub use boot::{

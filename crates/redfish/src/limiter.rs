@@ -6,6 +6,11 @@
 //! cannot live in one client: it lives in a registry keyed by the BMC's base URL, and every
 //! client built for that URL shares its semaphore. Entries are weak, so a BMC no client uses
 //! any more costs nothing.
+//!
+//! A permit is a BMC's slot for one call *and its connection*: the call hands it to its
+//! exchange, which gives it back only once that call's connection is closed (`transport`). A
+//! call dropped at its deadline thus keeps the slot until the BMC has closed the abandoned
+//! request's connection, and the next call cannot reach the BMC while the BMC still serves it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};

@@ -244,9 +244,10 @@ impl ServerCertVerifier for PinVerifier {
     }
 }
 
-/// Whether a reqwest error chain holds a rustls certificate rejection. rustls errors travel
-/// inside `io::Error`, whose `source()` skips the wrapped error, so look inside those too.
-pub(crate) fn is_certificate_error(err: &reqwest::Error) -> bool {
+/// Whether an error chain holds a rustls certificate rejection. rustls errors travel inside
+/// `io::Error` (tokio-rustls wraps them so), whose `source()` skips the wrapped error, so look
+/// inside those too.
+pub(crate) fn is_certificate_error(err: &(dyn std::error::Error + 'static)) -> bool {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = current {
         let mut inner = e;

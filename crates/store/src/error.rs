@@ -38,12 +38,64 @@ impl StoreError {
             if db.code().is_some_and(|c| INVALID_TEXT_CODES.contains(&c.as_ref())))
     }
 
+    /// The database could not be reached or would not take writes for now (a restart, a failover, a standby):
+    /// worth a retry by the client, unlike a bug.
+    pub fn is_unavailable(&self) -> bool {
+        let db = match self {
+            StoreError::Db(e) | StoreError::Queue(racklift_queue::QueueError::Database(e)) => e,
+            _ => return false,
+        };
+        match db {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_) => true,
+            // Connection exceptions (08…), operator intervention (57…: shutting down, starting up) and a write
+            // refused by a server in recovery (25006).
+            sqlx::Error::Database(d) => d
+                .code()
+                .is_some_and(|c| c.starts_with("08") || c.starts_with("57") || c.as_ref() == "25006"),
+            _ => false,
+        }
+    }
+
     /// Maps a unique violation to `Conflict`, anything else to `Db`.
     pub(crate) fn on_unique(what: &'static str, name: &str) -> impl FnOnce(sqlx::Error) -> StoreError {
         let name = name.to_owned();
         move |e| match &e {
             sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict { what, name },
             _ => StoreError::Db(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_database_is_unavailable_and_a_bug_is_not() {
+        let io = || sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        let cases = [
+            ("connection reset", StoreError::Db(io()), true),
+            ("pool timed out", StoreError::Db(sqlx::Error::PoolTimedOut), true),
+            (
+                "through the queue",
+                StoreError::Queue(racklift_queue::QueueError::Database(io())),
+                true,
+            ),
+            ("no row", StoreError::Db(sqlx::Error::RowNotFound), false),
+            (
+                "not found",
+                StoreError::NotFound {
+                    what: "server",
+                    name: "s1".into(),
+                },
+                false,
+            ),
+        ];
+        for (name, e, unavailable) in cases {
+            assert_eq!(e.is_unavailable(), unavailable, "{name}");
         }
     }
 }

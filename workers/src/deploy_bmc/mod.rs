@@ -138,6 +138,7 @@ pub async fn observe(client: &BmcClient, slot: Option<&SlotRef>, want: &Want) ->
                 .as_ref()
                 .and_then(|p| p.last_state.as_ref())
                 .and_then(|s| same_name(s.as_str()));
+            out.facts.boot_progress_at = system.boot_progress.as_ref().and_then(|p| p.last_state_time);
         }
         Err(e) => note("read system", &e, &mut out.errors),
     }

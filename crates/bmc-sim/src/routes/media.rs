@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::Ctx;
 use crate::install;
+use crate::machine::Power;
 use crate::profile::{MediaRead, SlotLocation};
 use crate::reply;
 
@@ -193,7 +194,8 @@ pub async fn insert(ctx: &Ctx<'_>, i: usize) -> Response {
     }
 }
 
-/// Eject (idempotent: nothing inserted is success).
+/// Eject (idempotent: nothing inserted is success). Under the `late_eject` fault an eject of a running server's
+/// media is answered but queued: it lands once the server has booted from the media again.
 fn eject_slot(ctx: &Ctx<'_>, i: usize) {
     let stale = ctx.profile().stale_inserted_after_eject.then(|| {
         Instant::now()
@@ -204,17 +206,14 @@ fn eject_slot(ctx: &Ctx<'_>, i: usize) {
                 .scaled(ctx.bmc.shared.timings.stale_inserted_after_eject)
     });
     let mut m = ctx.bmc.machine();
-    let slot = &mut m.media[i];
-    let previous = slot.image.take();
-    slot.inserted = false;
-    slot.cached_bytes = 0;
-    slot.cached = None;
-    slot.transfer_method = None;
-    slot.protocol = None;
-    slot.stale = previous.clone().zip(stale);
-    if previous.is_some() {
-        m.counters.media_ejects += 1;
+    if m.power == Power::On && m.media[i].has_media() {
+        let mut faults = ctx.bmc.faults();
+        if std::mem::take(&mut faults.late_eject) {
+            m.media[i].eject_pending = true;
+            return;
+        }
     }
+    m.eject(i, stale);
 }
 
 pub fn eject(ctx: &Ctx<'_>, i: usize) -> Response {

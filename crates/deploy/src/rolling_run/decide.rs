@@ -300,10 +300,7 @@ fn unhealthy_other(run: &RollingRun, facts: &BTreeMap<String, MemberFacts>, curr
 }
 
 fn status_text(status: &MemberStatus, f: &MemberFacts) -> String {
-    let text = match status {
-        MemberStatus::Other(s) => s.clone(),
-        other => format!("{other:?}"),
-    };
+    let text = status.to_string();
     if f.reachable {
         text
     } else {

@@ -110,6 +110,57 @@ fn reboot_that_never_comes_back_ends_the_run_at_the_reboot_timeout() {
 }
 
 #[test]
+fn a_reboot_the_server_refused_is_triggered_again_within_its_attempts() {
+    // The worker records a refused (or unanswered, never seen going down) reboot call as failed: the server is
+    // still up, so the reboot is owed again rather than waited for as one that does not come back.
+    let cfg = cfg();
+    for (refusals, completes) in [(1, true), (cfg.step_retries, true), (cfg.step_retries + 1, false)] {
+        let list = three_online();
+        let run = launch(RunKind::Reboot, &list);
+        let cluster = Cluster::new(&RunKind::Reboot, &list).misbehaving("s2", St::Reboot, Misbehave::Ignored);
+        let mut left = refusals;
+        let trace = drive_with(run, cluster, 0, &cfg, &settings(None), |_, run, cluster| {
+            let s = run.servers.iter_mut().find(|s| s.name == "s2").unwrap();
+            if left > 0 && s.update.step == Some(St::Reboot) && s.update.step_triggered_at.is_some() {
+                s.trigger_failed("POST /os/1.0/system/:reboot: HTTP 503", t(0), &cfg);
+                assert!(s.update.reboot_pending, "{refusals}: the reboot is owed again");
+                left -= 1;
+                if left == 0 {
+                    cluster.misbehave = None;
+                }
+            }
+        });
+        let reboots = trace.trigger_times("s2", St::Reboot);
+        if completes {
+            assert_eq!(trace.end, RunDecision::Completed, "{refusals}");
+            assert_eq!(reboots.len() as u32, refusals + 1, "{refusals}");
+            assert_eq!(trace.run.progress(), (3, 3), "{refusals}");
+        } else {
+            let RunDecision::Fail {
+                server: failed,
+                step,
+                state,
+                reason,
+            } = &trace.end
+            else {
+                panic!("{refusals}: {:?}", trace.end);
+            };
+            assert_eq!(
+                (failed.as_str(), *step, *state),
+                ("s2", Some(St::Reboot), RS::InMaintenanceRebootPending)
+            );
+            assert!(reason.contains("ran out of attempts"), "{reason}");
+            assert_eq!(reboots.len() as u32, cfg.step_retries + 1);
+            let s2 = server(&trace.run, "s2");
+            assert_eq!(
+                s2.update.first_error.as_deref(),
+                Some("reboot failed: POST /os/1.0/system/:reboot: HTTP 503")
+            );
+        }
+    }
+}
+
+#[test]
 fn stalled_step_retriggers_within_step_retries_then_ends_the_run_naming_it() {
     let cfg = RollingConfig {
         step_retries: 2,

@@ -25,6 +25,7 @@ use update::update_cluster;
 
 mod cancel;
 mod ends;
+mod explain;
 mod gate;
 mod launch;
 mod reads;

@@ -124,7 +124,11 @@ async fn run(queue: Queue, mut rx: mpsc::Receiver<Request>, concurrent_flushes: 
 /// Writes one batch of a single outcome (all completions or all snoozes) and tells each handler its answer.
 async fn flush(queue: &Queue, batch: Vec<Request>) {
     let mut delay = Duration::from_millis(50);
-    for attempt in 1..=5 {
+    // Retried for up to half a lease: the outcomes are known and the leases still held, so a database restarting
+    // or failing over for a few seconds should not send every job of the batch through lease expiry.
+    let budget = queue.config().lease_ttl / 2;
+    let started = std::time::Instant::now();
+    for attempt in 1.. {
         match write(queue, &batch).await {
             Ok(mut accepted) => {
                 accepted.sort_unstable();
@@ -146,9 +150,13 @@ async fn flush(queue: &Queue, batch: Vec<Request>) {
                 return;
             }
             Err(error) => {
-                tracing::warn!(jobs = batch.len(), attempt, error = %error, "writing a batch of outcomes failed");
+                tracing::warn!(jobs = batch.len(), attempt, error = %error.report(),
+                    "writing a batch of outcomes failed");
+                if started.elapsed() + delay >= budget {
+                    break;
+                }
                 tokio::time::sleep(delay).await;
-                delay *= 2;
+                delay = (delay * 2).min(Duration::from_secs(1));
             }
         }
     }

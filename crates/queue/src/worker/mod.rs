@@ -205,7 +205,7 @@ async fn fetch_loop(
                 }
             }
             Err(error) => {
-                tracing::warn!(error = %error, "leasing failed; backing off");
+                tracing::warn!(error = %error.report(), "leasing failed; backing off");
                 drop(permits);
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -415,18 +415,37 @@ async fn write_outcome(
             }
             Ok(Outcome::Finished) => Ok(()),
             Err(failure) => {
-                Box::pin(async {
-                    let mut conn = queue.pool().acquire().await?;
-                    let outcome = queue.fail(&mut conn, job_ref, failure).await?;
-                    tracing::info!(duration_ms, error = %failure.message, ?outcome, "job failed");
-                    Ok(())
-                })
-                .await
+                // Retried while the lease holds: a database failing over for a few seconds must not cost the job
+                // its lease (and an attempt) when the worker is alive and the outcome known.
+                let budget = queue.config().lease_ttl / 2;
+                let started = std::time::Instant::now();
+                let mut delay = Duration::from_millis(100);
+                loop {
+                    let attempt: Result<(), crate::QueueError> = Box::pin(async {
+                        let mut conn = queue.pool().acquire().await?;
+                        let outcome = queue.fail(&mut conn, job_ref, failure).await?;
+                        tracing::info!(duration_ms, error = %failure.message, ?outcome, "job failed");
+                        Ok(())
+                    })
+                    .await;
+                    match attempt {
+                        Err(e)
+                            if e.is_transient_database()
+                                && !liveness.is_lost()
+                                && started.elapsed() + delay < budget =>
+                        {
+                            tracing::warn!(duration_ms, error = %e.report(), "job outcome not written yet; retrying");
+                            tokio::time::sleep(delay).await;
+                            delay = (delay * 2).min(Duration::from_secs(1));
+                        }
+                        other => break other,
+                    }
+                }
             }
         };
         match written {
             Ok(()) => tracing::debug!(duration_ms, "job done"),
-            Err(error) => tracing::warn!(duration_ms, error = %error, "job outcome not written"),
+            Err(error) => tracing::warn!(duration_ms, error = %error.report(), "job outcome not written"),
         }
     }
 }

@@ -7,6 +7,7 @@ mod boot;
 mod common;
 mod fallbacks;
 mod faults;
+mod hangs;
 mod media;
 mod power;
 mod secure_boot;
