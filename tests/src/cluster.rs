@@ -35,32 +35,8 @@ impl ClusterRack {
         )
         .await;
         rack.deploy_all().await;
-        let mut names = Vec::new();
-        for i in 0..servers {
-            let name = rack.sim.name(i).to_owned();
-            let d = rack.wait_finished(&name, Duration::from_secs(120)).await;
-            assert_eq!(
-                d.deployment.machine.state,
-                State::Completed,
-                "{name}: {:?}\n{}",
-                d.deployment.machine.failure,
-                rack.event_log(&name).await
-            );
-            names.push(name);
-        }
-        rack.sim
-            .form_cluster(CLUSTER, &(0..servers).collect::<Vec<_>>())
-            .expect("the simulated servers form a cluster");
-        let c = ClusterRack { rack, names };
-        let (status, body) = c
-            .post(
-                "/1.0/provisioning/clusters",
-                json!({"name": CLUSTER, "servers": c.names, "post_restore_delay_secs": 0}),
-            )
-            .await;
-        assert_eq!(status, 201, "{body}");
-        c.rack.sim.reset_cluster_audit(CLUSTER);
-        c
+        let names = form_cluster(&rack, servers, Duration::from_secs(120), Some(0)).await;
+        ClusterRack { rack, names }
     }
 
     /// POSTs `body` to `path` as the admin; the status and the JSON answer.
@@ -163,6 +139,49 @@ pub fn op_status(view: &Value) -> &str {
 }
 
 /// Budgets short enough for a failing step to end a run within a test.
+/// Waits for servers `0..members` of `rack` (deployments already requested) to complete, forms them into
+/// [`CLUSTER`] in the simulator (as its administrator would) and creates it in racklift, with the cluster's own
+/// post-restore delay if given; the cluster audit starts empty. Returns the members' names.
+pub async fn form_cluster(
+    rack: &Rack,
+    members: usize,
+    limit: Duration,
+    post_restore_delay_secs: Option<u64>,
+) -> Vec<String> {
+    let mut names = Vec::new();
+    for i in 0..members {
+        let name = rack.sim.name(i).to_owned();
+        let d = rack.wait_finished(&name, limit).await;
+        assert_eq!(
+            d.deployment.machine.state,
+            State::Completed,
+            "{name}: {:?}\n{}",
+            d.deployment.machine.failure,
+            rack.event_log(&name).await
+        );
+        names.push(name);
+    }
+    rack.sim
+        .form_cluster(CLUSTER, &(0..members).collect::<Vec<_>>())
+        .expect("the simulated servers form a cluster");
+    let mut body = json!({"name": CLUSTER, "servers": names});
+    if let Some(delay) = post_restore_delay_secs {
+        body["post_restore_delay_secs"] = json!(delay);
+    }
+    let r = rack
+        .http
+        .post(format!("{}/1.0/provisioning/clusters", rack.api_url))
+        .bearer_auth(&rack.catalog.admin_token)
+        .json(&body)
+        .send()
+        .await
+        .expect("the API answers");
+    let status = r.status().as_u16();
+    assert_eq!(status, 201, "{}", r.text().await.unwrap_or_default());
+    rack.sim.reset_cluster_audit(CLUSTER);
+    names
+}
+
 pub fn short_budgets() -> Config {
     let mut config = Config::for_simulation(0.002);
     config.rolling.reboot_timeout_secs = 8;

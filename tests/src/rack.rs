@@ -264,6 +264,34 @@ impl Rack {
 
     /// The secrets directory the rack's BMC password is in: `racklift worker` processes of the test need it
     /// (`RACKLIFT_PATHS__SECRETS_DIR`).
+    /// A `racklift worker` process on the rack's database, with the simulation's budgets at `scale`, a 3 s lease
+    /// (so a killed or stopped worker's jobs are taken over within seconds), 200 ms polls and `extra` arguments;
+    /// cluster runs settle for no time after a restore.
+    pub fn worker_process(&self, scale: f64, extra: &[&str]) -> crate::Racklift {
+        let secrets = self.secrets_dir();
+        let scale = scale.to_string();
+        let mut args = vec![
+            "worker",
+            "--sim-time-scale",
+            &scale,
+            "--lease-ttl-ms",
+            "3000",
+            "--rescue-interval-ms",
+            "500",
+            "--poll-interval-ms",
+            "200",
+        ];
+        args.extend_from_slice(extra);
+        crate::Racklift::spawn_with(
+            &args,
+            &self.db.url,
+            &[
+                ("RACKLIFT_PATHS__SECRETS_DIR", secrets.as_os_str()),
+                ("RACKLIFT_DEPLOY__ROLLING__POST_RESTORE_DELAY_SECS", "0".as_ref()),
+            ],
+        )
+    }
+
     pub fn secrets_dir(&self) -> PathBuf {
         self.dir.join("secrets")
     }

@@ -6,10 +6,9 @@
 use std::time::Duration;
 
 use racklift_bmc_sim::{Personality, PersonalityChoice};
-use racklift_deploy::State;
 use racklift_pgembed::EmbeddedPostgres;
 use racklift_tests::Racklift;
-use racklift_tests::cluster::CLUSTER;
+use racklift_tests::cluster::{CLUSTER, form_cluster};
 use racklift_tests::rack::Rack;
 use serde_json::{Value, json};
 
@@ -17,26 +16,7 @@ const SCALE: f64 = 0.01;
 const MEMBERS: usize = 4;
 
 fn worker(rack: &Rack) -> Racklift {
-    let secrets = rack.secrets_dir();
-    Racklift::spawn_with(
-        &[
-            "worker",
-            "--sim-time-scale",
-            &SCALE.to_string(),
-            "--lease-ttl-ms",
-            "3000",
-            "--rescue-interval-ms",
-            "500",
-            "--poll-interval-ms",
-            "200",
-        ],
-        &rack.db.url,
-        &[
-            ("RACKLIFT_PATHS__SECRETS_DIR", secrets.as_os_str()),
-            // No pause between a restore and the next evacuation: the test is about takeovers, not settling.
-            ("RACKLIFT_DEPLOY__ROLLING__POST_RESTORE_DELAY_SECS", "0".as_ref()),
-        ],
-    )
+    rack.worker_process(SCALE, &[])
 }
 
 /// The pid of the worker process holding the cluster's job, once one does.
@@ -87,25 +67,7 @@ async fn wait_done(rack: &Rack, done: u64) {
 /// The servers' names.
 async fn start_rolling_reboot(rack: &Rack) -> Vec<String> {
     rack.deploy_all().await;
-    for i in 0..MEMBERS {
-        let name = rack.sim.name(i).to_owned();
-        let d = rack.wait_finished(&name, Duration::from_secs(180)).await;
-        assert_eq!(d.deployment.machine.state, State::Completed, "{name}");
-    }
-    rack.sim
-        .form_cluster(CLUSTER, &(0..MEMBERS).collect::<Vec<_>>())
-        .unwrap();
-    let names: Vec<String> = (0..MEMBERS).map(|i| rack.sim.name(i).to_owned()).collect();
-    let r = rack
-        .http
-        .post(format!("{}/1.0/provisioning/clusters", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
-        .json(&json!({"name": CLUSTER, "servers": names}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    rack.sim.reset_cluster_audit(CLUSTER);
+    let names = form_cluster(rack, MEMBERS, Duration::from_secs(180), None).await;
     let r = rack
         .http
         .post(format!(

@@ -16,7 +16,7 @@ use racklift_pgembed::haproxy::{HaProxy, Upstream};
 use racklift_pgembed::{Node, ReplicatedPostgres};
 use racklift_testdb::TestDb;
 use racklift_tests::Racklift;
-use racklift_tests::cluster::CLUSTER;
+use racklift_tests::cluster::{CLUSTER, form_cluster};
 use racklift_tests::rack::Rack;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
@@ -28,25 +28,7 @@ const DEPLOYMENTS: usize = 4;
 const LIMIT: Duration = Duration::from_secs(90);
 
 fn worker(rack: &Rack) -> Racklift {
-    let secrets = rack.secrets_dir();
-    Racklift::spawn_with(
-        &[
-            "worker",
-            "--sim-time-scale",
-            &SCALE.to_string(),
-            "--lease-ttl-ms",
-            "3000",
-            "--rescue-interval-ms",
-            "500",
-            "--poll-interval-ms",
-            "200",
-        ],
-        &rack.db.url,
-        &[
-            ("RACKLIFT_PATHS__SECRETS_DIR", secrets.as_os_str()),
-            ("RACKLIFT_DEPLOY__ROLLING__POST_RESTORE_DELAY_SECS", "0".as_ref()),
-        ],
-    )
+    rack.worker_process(SCALE, &[])
 }
 
 /// The cluster's operation as the API shows it; `None` while the API answers with an error (its database is
@@ -138,25 +120,7 @@ async fn a_database_failover_mid_run_loses_nothing() {
     for i in 0..MEMBERS {
         assert_eq!(rack.deploy(rack.sim.name(i), json!({})).await.status(), 202);
     }
-    for i in 0..MEMBERS {
-        let name = rack.sim.name(i).to_owned();
-        let d = rack.wait_finished(&name, LIMIT).await;
-        assert_eq!(d.deployment.machine.state, State::Completed, "{name}");
-    }
-    rack.sim
-        .form_cluster(CLUSTER, &(0..MEMBERS).collect::<Vec<_>>())
-        .unwrap();
-    let members: Vec<String> = (0..MEMBERS).map(|i| rack.sim.name(i).to_owned()).collect();
-    let r = rack
-        .http
-        .post(format!("{}/1.0/provisioning/clusters", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
-        .json(&json!({"name": CLUSTER, "servers": members}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    rack.sim.reset_cluster_audit(CLUSTER);
+    let members = form_cluster(&rack, MEMBERS, LIMIT, None).await;
     let formed = test_start.elapsed();
 
     // Four deployments and the rolling reboot, all at once.

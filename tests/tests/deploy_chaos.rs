@@ -13,26 +13,7 @@ use serde_json::json;
 const SCALE: f64 = 0.01;
 
 fn worker(rack: &Rack) -> Racklift {
-    let secrets = rack.secrets_dir();
-    Racklift::spawn_with(
-        &[
-            "worker",
-            "--sim-time-scale",
-            &SCALE.to_string(),
-            "--lease-ttl-ms",
-            "3000",
-            "--rescue-interval-ms",
-            "500",
-            "--poll-interval-ms",
-            "200",
-            "--concurrency",
-            "16",
-            "--batch",
-            "4",
-        ],
-        &rack.db.url,
-        &[("RACKLIFT_PATHS__SECRETS_DIR", secrets.as_os_str())],
-    )
+    rack.worker_process(SCALE, &["--concurrency", "16", "--batch", "4"])
 }
 
 /// Waits until some deployment has made `transitions` state changes in total.

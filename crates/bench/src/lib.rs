@@ -3,6 +3,7 @@
 //! racklift end to end with no-op handlers, apalis-postgres and graphile-worker as peers, idle pickup latency and
 //! worker RSS.
 
+pub mod chaos;
 pub mod e2e;
 pub mod fleet;
 pub mod graphile;

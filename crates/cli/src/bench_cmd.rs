@@ -1,4 +1,5 @@
-//! `racklift bench queue`: every figure from one run on one PostgreSQL, printed side by side.
+//! `racklift bench`: the queue benchmark (every figure from one run on one PostgreSQL, printed side by side), and
+//! the fleet, media, rolling and chaos benchmarks.
 
 use std::path::PathBuf;
 
@@ -9,6 +10,7 @@ use racklift_queue::WorkerConfig;
 
 use crate::db;
 
+mod chaos;
 mod rolling;
 
 #[derive(clap::Args)]
@@ -31,6 +33,10 @@ enum BenchCommand {
     /// Incus clusters rebooting at once (rolling reboots) driven by separate worker processes: wall time against
     /// the simulated hardware's ideal, writes per Incus step, CPU and the simulator's cluster audit.
     Rolling(rolling::RollingArgs),
+    /// A rack under faults from outside: workers killed and stopped, PostgreSQL restarted and failed over, the
+    /// API restarted, BMCs and Incus APIs failing, while every server deploys and every cluster reboots; the
+    /// tally proves no deployment or reboot failed, no mutation was stale or concurrent and no job was lost.
+    Chaos(chaos::ChaosArgs),
 }
 
 #[derive(clap::Args)]
@@ -133,6 +139,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         BenchCommand::Fleet(args) => fleet(args).await,
         BenchCommand::Media(args) => media(args).await,
         BenchCommand::Rolling(args) => rolling::run(args).await,
+        BenchCommand::Chaos(args) => chaos::run(args).await,
     }
 }
 

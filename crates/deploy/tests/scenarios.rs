@@ -266,7 +266,13 @@ fn run(d: Deployment, server: &mut Server) -> (Terminal, Vec<State>, Time) {
 }
 
 /// Runs a deployment to its end; returns the terminal and every state with the time it was seen.
-fn run_traced(mut d: Deployment, server: &mut Server) -> (Terminal, Vec<(State, Time)>) {
+fn run_traced(d: Deployment, server: &mut Server) -> (Terminal, Vec<(State, Time)>) {
+    let (end, trace, _) = run_to_end(d, server);
+    (end, trace)
+}
+
+/// As [`run_traced`], with the deployment as it ended.
+fn run_to_end(mut d: Deployment, server: &mut Server) -> (Terminal, Vec<(State, Time)>, Deployment) {
     let mut now = t(0);
     let mut trace = vec![(d.machine.state, now)];
     for _ in 0..10_000 {
@@ -285,7 +291,7 @@ fn run_traced(mut d: Deployment, server: &mut Server) -> (Terminal, Vec<(State, 
         match step.decision {
             Decision::Finished(terminal) => {
                 trace.push((d.machine.state, now));
-                return (terminal, trace);
+                return (terminal, trace, d);
             }
             Decision::Continue => {}
             Decision::Snooze { until } => now = until,
@@ -445,38 +451,9 @@ fn a_missed_eject_is_repaired_by_one_power_cycle() {
         server.dead_after_cycle = row.dead_after_cycle;
         // Without boot progress a reset ends stage 1 only past the install reboot fallback delay.
         server.install_minutes = if row.progress { 7 } else { 12 };
-        let mut d = Deployment::new(plan(), t(0));
-        let mut now = t(0);
-        let mut media_out = None;
-        let mut repaired = None;
-        let end = loop {
-            let facts = server.facts(now);
-            let step = decide(&d, &facts, now, &cfg());
-            if let Some(tr) = step.transition {
-                if tr.to == State::WaitReboot {
-                    media_out = Some(now);
-                }
-                if tr.to == State::PowerOffMissedEject {
-                    repaired = Some(now);
-                }
-            }
-            d.machine = step.machine;
-            match step.decision {
-                Decision::Finished(terminal) => break terminal,
-                Decision::Continue => {}
-                Decision::Snooze { until } => now = until,
-                Decision::Retry { at } => now = at,
-                Decision::Act { action, .. } => {
-                    let outcome = match server.act(&action, now) {
-                        Some(task_monitor) => Outcome::Accepted { task_monitor },
-                        None => Outcome::Succeeded,
-                    };
-                    now += TimeDelta::seconds(2);
-                    d.machine = apply_outcome(&d, &outcome, now, &cfg(), Jitter::NONE).machine;
-                }
-            }
-            assert!(now < t(4 * 3600), "{}: did not end", row.name);
-        };
+        let (end, trace, d) = run_to_end(Deployment::new(plan(), t(0)), &mut server);
+        let first = |state| trace.iter().find(|(s, _)| *s == state).map(|(_, at)| *at);
+        let (media_out, repaired) = (first(State::WaitReboot), first(State::PowerOffMissedEject));
         assert_eq!(end, row.end, "{}: {:?}", row.name, d.machine.failure);
         assert_eq!(server.power_cycles_after_install, row.cycles, "{}", row.name);
         match (row.repair_within, repaired, media_out) {
