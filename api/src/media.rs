@@ -117,12 +117,19 @@ pub(crate) async fn image_in_dir(
     (regular && path.starts_with(&dir)).then_some(path)
 }
 
-/// What the media URL with `secret` leads to in the database: 404 for an unknown or finished deployment, or one
-/// without a seed.
-async fn resolve(state: &AppState, secret: &str) -> Result<Resolved, ApiError> {
-    let target = state.store.media_target(secret).await?.ok_or_else(not_found)?;
+/// What the media URL with `secret` leads to in the database: `None` for an unknown or finished deployment, or
+/// one without a seed.
+async fn resolve(state: &AppState, secret: &str) -> Result<Option<Resolved>, Unanswered> {
+    let Some(target) = state
+        .store
+        .media_target(secret)
+        .await
+        .map_err(Unanswered::Failed)?
+    else {
+        return Ok(None);
+    };
     if target.finished {
-        return Err(not_found());
+        return Ok(None);
     }
     let (Some(seed_offset), Some(seed)) = (target.seed_offset, target.seed_archive) else {
         // Made before media carried seeds: a server installing from it would never register.
@@ -130,7 +137,7 @@ async fn resolve(state: &AppState, secret: &str) -> Result<Resolved, ApiError> {
             deployment_id = target.deployment_id,
             "deployment has no seed; media not served"
         );
-        return Err(not_found());
+        return Ok(None);
     };
     let seed = SeedArchive::new(seed);
     let etag = racklift_media::compose::etag(&target.image_sha256, &seed);
@@ -138,12 +145,71 @@ async fn resolve(state: &AppState, secret: &str) -> Result<Resolved, ApiError> {
         offset: u64::try_from(seed_offset).unwrap_or(u64::MAX),
         bytes: seed.bytes.into(),
     });
-    Ok(Resolved {
+    Ok(Some(Resolved {
         deployment_id: target.deployment_id,
         stored_path: target.path,
         overlay,
         etag,
-    })
+    }))
+}
+
+/// Why the database gave no resolution.
+#[derive(Debug, thiserror::Error)]
+enum Unanswered {
+    #[error(transparent)]
+    Failed(StoreError),
+    #[error("the database did not answer within {:?}", crate::media_targets::ASK_FOR)]
+    Late,
+}
+
+impl From<Unanswered> for ApiError {
+    fn from(e: Unanswered) -> ApiError {
+        match e {
+            Unanswered::Failed(e) => e.into(),
+            Unanswered::Late => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                e.to_string(),
+            ),
+        }
+    }
+}
+
+/// The resolution to serve `secret` with: one made within [`crate::media_targets::TARGET_TTL`], else the
+/// database's answer; when the database cannot answer, the last one it gave (see [`crate::media_targets`]).
+async fn target(state: &AppState, secret: &str, now: std::time::Instant) -> Result<Arc<Resolved>, ApiError> {
+    if let Some(target) = state.media_targets.get(secret, now) {
+        return Ok(target);
+    }
+    // With a resolution to fall back on, the database gets ASK_FOR to answer; without one, as long as it takes.
+    let asked = match state.media_targets.last_known(secret, now) {
+        Some(_) => tokio::time::timeout(crate::media_targets::ASK_FOR, resolve(state, secret))
+            .await
+            .unwrap_or_else(|_| Err(Unanswered::Late)),
+        None => resolve(state, secret).await,
+    };
+    match asked {
+        Ok(Some(resolved)) => {
+            let target = Arc::new(resolved);
+            state.media_targets.put(secret, target.clone(), now);
+            Ok(target)
+        }
+        Ok(None) => {
+            state.media_targets.forget(secret);
+            Err(not_found())
+        }
+        Err(error) => match state.media_targets.last_known(secret, now) {
+            Some(target) => {
+                state.media_targets.stood_in(secret, now);
+                // Debug, not warn: an installer sends thousands of reads, and the outage is reported by the
+                // read-recording flush and every other request that needs the database.
+                tracing::debug!(deployment_id = target.deployment_id, %error,
+                    "database unavailable; serving the media as last resolved");
+                Ok(target)
+            }
+            None => Err(error.into()),
+        },
+    }
 }
 
 fn not_found() -> ApiError {
@@ -314,15 +380,7 @@ pub async fn serve_media(
     headers: HeaderMap,
     extensions: Extensions,
 ) -> Result<Response, ApiError> {
-    let now = std::time::Instant::now();
-    let target = match state.media_targets.get(&secret, now) {
-        Some(target) => target,
-        None => {
-            let target = Arc::new(resolve(&state, &secret).await?);
-            state.media_targets.put(&secret, target.clone(), now);
-            target
-        }
-    };
+    let target = target(&state, &secret, std::time::Instant::now()).await?;
     // Checked again at every request: the images directory may have changed since the image was registered, or
     // the file been replaced by a link out of it. The handle opened by the check is what is read.
     let dir = state.config.images_dir.clone();

@@ -49,7 +49,11 @@ use procs::{ApiProcess, ApiSpec, SimProcess, WorkerSpec, Workers};
 use schedule::Planned;
 use sim_control::{SimControl, SimServer};
 
-const DATABASE: &str = "racklift_bench_chaos";
+/// The benchmark database's name, with the process id: runs at once on one server (tests against
+/// `DATABASE_URL`) must not share it.
+fn database_name() -> String {
+    format!("racklift_bench_chaos_{}", std::process::id())
+}
 /// How often a phase checks its condition and the schedule.
 const TICK: Duration = Duration::from_millis(250);
 
@@ -260,7 +264,7 @@ impl Harness {
         plan: &schedule::Plan,
     ) -> Result<Harness, ChaosError> {
         let dbs = crate::BenchDb::new(db.admin_url());
-        let (url, setup) = dbs.fresh(DATABASE, 2).await?;
+        let (url, setup) = dbs.fresh(&database_name(), 2).await?;
         setup.close().await;
         // The harness's own connections give up quickly while PostgreSQL is down: its waits poll again.
         let pool = PgPoolOptions::new()
@@ -486,6 +490,14 @@ impl Harness {
         api.kill().await;
         sim_process.stop().await;
         pool.close().await;
+        // A server of the run's own goes with its directory; on DATABASE_URL's the database is dropped.
+        if db.is_external()
+            && let Err(error) = crate::BenchDb::new(db.admin_url())
+                .drop_db(&database_name())
+                .await
+        {
+            tracing::warn!(error = %error, "dropping the benchmark database");
+        }
         drop(db);
     }
 }

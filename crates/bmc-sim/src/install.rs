@@ -17,8 +17,15 @@
 //! - Otherwise it installs to the machine's one disk (`target.id` must match it; a disk already installed needs
 //!   `force_install`), copies the seed without `install.*` onto it, and at the end of stage 1 reboots
 //!   (`force_reboot`) or waits for the media to be ejected.
+//!
+//! A read the media server does not answer (refused, reset, an HTTP error) is retried before the installer sees
+//! an I/O error, the way nbdkit's retry filter retries a failed read by default: five times, 2 s after the
+//! first failure and doubling, about a minute in all ([`READ_RETRY_DELAYS`]). A media server restarted, or one
+//! briefly unable to answer, costs the install nothing; one away for longer fails it. Media ejected under the
+//! installer fails it at once: the BMC knows there is nothing to read.
 
 use std::ops::Range;
+use std::time::Duration;
 
 use reqwest::header::{CONTENT_RANGE, RANGE};
 
@@ -34,6 +41,15 @@ const CHUNK: u64 = 1 << 20;
 const BOOT_READ: u64 = 64 << 10;
 /// Slices the idle part of an install is checked in (media removed while still read from breaks it).
 const IDLE_SLICES: u32 = 10;
+/// The waits before each retry of a failed media read (simulated time): nbdkit-retry-filter's defaults
+/// (`retries=5`, `retry-delay=2`, `retry-exponential=yes`).
+const READ_RETRY_DELAYS: [Duration; 5] = [
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+    Duration::from_secs(32),
+];
 /// What IncusOS shows when it boots from read-only media without an install seed (`CheckSystemRequirements`).
 const NO_INSTALL_SEED: &str = "unable to begin install without seed configuration";
 
@@ -75,6 +91,36 @@ async fn read_range(bmc: &Bmc, url: &str, start: u64, end: u64) -> Result<(Vec<u
     m.counters.media_bytes_read += len;
     Ok((body.to_vec(), total))
 }
+
+/// [`read_range`] of the media the installer booted from, retried after [`READ_RETRY_DELAYS`]. The inner error
+/// is what the installer reports: the last failure, or the media taken away between two tries.
+async fn read_media(
+    bmc: &Bmc,
+    generation: u64,
+    slot: usize,
+    url: &str,
+    start: u64,
+    end: u64,
+) -> Result<Result<(Vec<u8>, Option<u64>), String>, Halt> {
+    let mut delays = READ_RETRY_DELAYS.iter();
+    loop {
+        let error = match read_range(bmc, url, start, end).await {
+            Ok(read) => return Ok(Ok(read)),
+            Err(error) => error,
+        };
+        let Some(delay) = delays.next() else {
+            return Ok(Err(error));
+        };
+        bmc.machine().counters.media_read_retries += 1;
+        bmc.shared.clock.sleep(*delay).await?;
+        if !media_present(bmc, generation, slot, url)? {
+            return Ok(Err(MEDIA_GONE.to_owned()));
+        }
+    }
+}
+
+/// What the installer reports when the media it reads from is ejected.
+const MEDIA_GONE: &str = "I/O error: the media disappeared";
 
 /// The part of partition 2 the installer reads for the seed.
 fn seed_window(partition: &Range<u64>) -> Range<u64> {
@@ -180,7 +226,7 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
         };
         (copy.size, decision)
     } else {
-        let (head, total) = match read_range(bmc, &image, 0, BOOT_READ - 1).await {
+        let (head, total) = match read_media(bmc, generation, slot, &image, 0, BOOT_READ - 1).await? {
             Ok((head, total)) => {
                 let total = total.unwrap_or(head.len() as u64);
                 (head, total)
@@ -188,7 +234,15 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
             Err(e) => return fail(bmc, generation, e),
         };
         if total > BOOT_READ
-            && let Err(e) = read_range(bmc, &image, total.saturating_sub(BOOT_READ), total - 1).await
+            && let Err(e) = read_media(
+                bmc,
+                generation,
+                slot,
+                &image,
+                total.saturating_sub(BOOT_READ),
+                total - 1,
+            )
+            .await?
         {
             return fail(bmc, generation, e);
         }
@@ -199,7 +253,7 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
             }
             Ok(p) => {
                 let w = seed_window(&p);
-                match read_range(bmc, &image, w.start, w.end.min(total) - 1).await {
+                match read_media(bmc, generation, slot, &image, w.start, w.end.min(total) - 1).await? {
                     Ok((area, _)) => decide(&area),
                     Err(e) => return fail(bmc, generation, e),
                 }
@@ -244,12 +298,12 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
         let step = window.div_f64(chunks as f64);
         for k in 0..chunks {
             if !media_present(bmc, generation, slot, &image)? {
-                return fail(bmc, generation, "I/O error: the media disappeared".to_owned());
+                return fail(bmc, generation, MEDIA_GONE.to_owned());
             }
             let start = k * CHUNK;
             let end = ((k + 1) * CHUNK).min(total).saturating_sub(1);
             if start <= end
-                && let Err(e) = read_range(bmc, &image, start, end).await
+                && let Err(e) = read_media(bmc, generation, slot, &image, start, end).await?
             {
                 return fail(bmc, generation, e);
             }
@@ -262,7 +316,7 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
     for _ in 0..IDLE_SLICES {
         clock.sleep(idle / IDLE_SLICES).await?;
         if needs_media && !media_present(bmc, generation, slot, &image)? {
-            return fail(bmc, generation, "I/O error: the media disappeared".to_owned());
+            return fail(bmc, generation, MEDIA_GONE.to_owned());
         }
     }
     // Stage 1 done: a fresh system on the disk, with the seed minus its install file.

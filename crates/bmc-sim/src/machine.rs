@@ -291,6 +291,8 @@ pub struct Counters {
     pub media_ejects: u64,
     pub media_bytes_read: u64,
     pub media_range_requests: u64,
+    /// Media reads that failed and were tried again (see `install`'s retry rule).
+    pub media_read_retries: u64,
     pub installer_runs: u64,
     pub registration_attempts: u64,
     pub bios_applies: u64,

@@ -34,8 +34,8 @@ enum BenchCommand {
     /// the simulated hardware's ideal, writes per Incus step, CPU and the simulator's cluster audit.
     Rolling(rolling::RollingArgs),
     /// A rack under faults from outside: workers killed and stopped, PostgreSQL restarted and failed over, the
-    /// API restarted, BMCs and Incus APIs failing, while every server deploys and every cluster reboots; the
-    /// tally proves no deployment or reboot failed, no mutation was stale or concurrent and no job was lost.
+    /// API restarted, BMCs and Incus APIs failing, while every server deploys and every cluster reboots. Fails
+    /// when a deployment or reboot failed or stuck, a mutation was stale, unfenced or concurrent, or a job lost.
     Chaos(chaos::ChaosArgs),
 }
 

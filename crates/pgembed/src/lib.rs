@@ -208,6 +208,14 @@ impl EmbeddedPostgres {
         Ok(())
     }
 
+    /// Starts the server again after [`EmbeddedPostgres::stop`], on the same port: with [`EmbeddedPostgres::restart`]
+    /// a client sees a restart, with `stop` then this an outage as long as the caller waits between the two.
+    pub fn start_again(&self) -> Result<(), PgEmbedError> {
+        self.launch(&[])?;
+        tracing::info!(port = self.port, "embedded PostgreSQL started again");
+        Ok(())
+    }
+
     /// Restarts the server on the same port (fast shutdown, then start with the options it was started with):
     /// every session is ended, as when a database host restarts under its clients.
     pub fn restart(&self) -> Result<(), PgEmbedError> {

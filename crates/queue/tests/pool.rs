@@ -170,6 +170,99 @@ async fn losing_the_lease_cancels_the_handler_and_its_outcome_is_discarded() {
     assert!(fence > fence_before);
 }
 
+/// Set when dropped: a handler's future that was stopped rather than returning.
+struct DropFlag(Arc<std::sync::Mutex<Option<std::time::Instant>>>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() = Some(std::time::Instant::now());
+    }
+}
+
+/// A handler that never returns and never looks at its cancellation (a BMC call that hangs, say), recording when
+/// its future is dropped and its lease clock.
+fn hanging(
+    dropped: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    lease: Arc<std::sync::Mutex<Option<racklift_queue::LeaseClock>>>,
+) -> Registry {
+    Registry::new().register("hang", move |ctx: JobContext| {
+        let flag = DropFlag(dropped.clone());
+        *lease.lock().unwrap() = Some(ctx.lease.clone());
+        async move {
+            let _flag = flag;
+            std::future::pending::<()>().await;
+            HandlerResult::Ok(Outcome::Complete)
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_stops_a_handler_that_does_not_watch_for_it() {
+    let db = TestDb::new().await;
+    let q = short_lease(&db.pool);
+    let id = enqueue(&q, &job("hang")).await.id();
+    let dropped = Arc::new(std::sync::Mutex::new(None));
+    let lease = Arc::new(std::sync::Mutex::new(None));
+    let shutdown = CancellationToken::new();
+    let pool = tokio::spawn(
+        WorkerPool::new(q.clone(), hanging(dropped.clone(), lease), config(1)).run(shutdown.clone()),
+    );
+    wait_for(Duration::from_secs(5), "the job to be leased", || async {
+        state_of(&db.pool, id).await.as_deref() == Some("running")
+    })
+    .await;
+    shutdown.cancel();
+    let mut conn = db.pool.acquire().await.unwrap();
+    assert!(q.revoke(&mut conn, id).await.unwrap());
+    wait_for(Duration::from_secs(5), "the handler to be stopped", || async {
+        dropped.lock().unwrap().is_some()
+    })
+    .await;
+    pool.await.unwrap();
+    assert_eq!(state_of(&db.pool, id).await.as_deref(), Some("queued"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_cannot_renew_stops_its_handler_before_the_lease_runs_out() {
+    let db = TestDb::new().await;
+    let q = short_lease(&db.pool);
+    let id = enqueue(&q, &job("hang")).await.id();
+    let dropped = Arc::new(std::sync::Mutex::new(None));
+    let lease = Arc::new(std::sync::Mutex::new(None));
+    // The job's row locked from before its lease: every renewal waits on the lock, as on a database that does
+    // not answer.
+    let shutdown = CancellationToken::new();
+    let pool = tokio::spawn(
+        WorkerPool::new(q.clone(), hanging(dropped.clone(), lease.clone()), config(1)).run(shutdown.clone()),
+    );
+    wait_for(Duration::from_secs(5), "the job to be leased", || async {
+        lease.lock().unwrap().is_some()
+    })
+    .await;
+    let mut blocker = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let deadline = lease.lock().unwrap().as_ref().unwrap().deadline();
+    wait_for(Duration::from_secs(5), "the handler to be stopped", || async {
+        dropped.lock().unwrap().is_some()
+    })
+    .await;
+    let stopped = dropped.lock().unwrap().unwrap();
+    // No renewal got through, so the lease clock still holds its first deadline, and the handler went before it.
+    assert_eq!(lease.lock().unwrap().as_ref().unwrap().deadline(), deadline);
+    assert!(
+        stopped < deadline,
+        "stopped {:?} after the lease ran out",
+        stopped - deadline
+    );
+    blocker.rollback().await.unwrap();
+    shutdown.cancel();
+    pool.await.unwrap();
+}
+
 /// A handler that ends its job in its own transaction (`Outcome::Finished`) and is still returning when the
 /// first renewal falls due has lost nothing: the renewal must not cancel it or count a lost lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

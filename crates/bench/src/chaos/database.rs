@@ -106,6 +106,11 @@ impl ChaosDb {
         }
     }
 
+    /// Whether the server is `DATABASE_URL`'s rather than the run's own.
+    pub fn is_external(&self) -> bool {
+        matches!(self.kind, Kind::External { .. })
+    }
+
     /// What the run runs against, for the report.
     pub fn describe(&self) -> String {
         match &self.kind {

@@ -38,6 +38,9 @@ pub struct TruthCounters {
 #[derive(Debug, Clone, Deserialize)]
 pub struct TruthPhase {
     pub phase: String,
+    /// Why, for the phases that say (an install that failed, say).
+    #[serde(default)]
+    pub detail: Option<String>,
 }
 
 /// `PUT /control/clusters/<name>`: the members, by BMC name.

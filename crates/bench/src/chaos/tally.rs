@@ -206,9 +206,13 @@ async fn events(h: &Harness, server: &str) -> Result<Vec<String>, ChaosError> {
 /// The simulated machine's state in one line.
 async fn machine(h: &Harness, server: &str) -> Option<String> {
     let t = h.sim.truth(server).await.ok()?;
+    let phase = match &t.phase.detail {
+        Some(detail) => format!("{} ({detail})", t.phase.phase),
+        None => t.phase.phase.clone(),
+    };
     Some(format!(
-        "power {}, {}, registered {}, {} boots, installer ran {} times",
-        t.power, t.phase.phase, t.registered, t.counters.boot_count, t.counters.installer_runs
+        "power {}, {phase}, registered {}, {} boots, installer ran {} times",
+        t.power, t.registered, t.counters.boot_count, t.counters.installer_runs
     ))
 }
 

@@ -102,7 +102,15 @@ pub(super) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
         image_bytes: args.image_bytes,
         logs_dir: args.logs_dir,
     };
-    let report = racklift_bench::chaos::run(&exe, choice, run).await?;
+    // Interrupted, the run is dropped: its child processes are killed and its PostgreSQL stopped, rather than
+    // left running behind this process.
+    let interrupted = crate::worker_cmd::shutdown_on_signal();
+    let report = tokio::select! {
+        report = racklift_bench::chaos::run(&exe, choice, run) => report?,
+        () = interrupted.cancelled() => {
+            anyhow::bail!("interrupted: the run's processes and its PostgreSQL were stopped")
+        }
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -46,8 +46,9 @@ where
 #[derive(Clone)]
 pub struct JobContext {
     pub job: LeasedJob,
-    /// Fires when the lease is lost (rescued, revoked, or not renewable before it ran out): stop at once, and make
-    /// no further BMC call or write for this job.
+    /// Fires when the lease is lost (rescued, revoked, or not renewable before it nearly ran out): stop at once,
+    /// and make no further BMC call or write for this job. The pool drops the handler's future when it fires, so
+    /// whatever the handler awaits then is abandoned; watching it matters only between awaits.
     pub cancel: CancellationToken,
     pub lease: LeaseClock,
     pub queue: Queue,

@@ -120,20 +120,56 @@ pub(crate) async fn watch_batch(
     }
 }
 
-/// Renews the lease now and then every third of its time to live. When the fence is no longer current, or
-/// renewals keep failing until the holder's own deadline passes, it marks the lease lost and fires the job's
-/// cancellation.
+/// How long before its lease runs out a holder that could not renew it lets go: a fifth of the lease, at most
+/// 3 s. The lease is the only thing keeping a second holder away from the job's BMC, so the handler is stopped,
+/// and its connection to the BMC closed, while this holder's lease still stands: the database's expiry is never
+/// earlier than this clock's, and an abandoned connection is gone within the Redfish client's linger (2 s).
+pub(crate) fn let_go_margin(ttl: Duration) -> Duration {
+    (ttl / 5).min(Duration::from_secs(3))
+}
+
+/// When a holder that has not renewed since lets go of `job`.
+fn let_go_at(job: &Liveness, margin: Duration) -> tokio::time::Instant {
+    job.lease
+        .deadline()
+        .checked_sub(margin)
+        .unwrap_or_else(Instant::now)
+        .into()
+}
+
+/// Renews the lease now and then every third of its time to live. When the fence is no longer current, or no
+/// renewal succeeds before [`let_go_margin`] of the lease is left (a renewal that hangs counts as failed), it
+/// marks the lease lost and fires the job's cancellation.
 async fn run(queue: Queue, job: Arc<Liveness>) {
     let ttl = queue.config().lease_ttl;
     let interval = ttl / 3;
+    let margin = let_go_margin(ttl);
     let mut next = Instant::now();
+    let running_out = |job: &Liveness| {
+        tracing::warn!(
+            job_id = job.job.id,
+            fence = job.job.fence,
+            "lease could not be renewed before it ran out; cancelling the handler"
+        );
+        job.mark_lost();
+    };
     loop {
         tokio::select! {
             _ = job.finished() => return,
             _ = tokio::time::sleep_until(next.into()) => {}
+            _ = tokio::time::sleep_until(let_go_at(&job, margin)) => return running_out(&job),
         }
         let sent = Instant::now();
-        match queue.heartbeat(job.job).await {
+        let renewed = tokio::select! {
+            renewed = queue.heartbeat(job.job) => renewed,
+            _ = tokio::time::sleep_until(let_go_at(&job, margin)) => {
+                if job.is_done() {
+                    return;
+                }
+                return running_out(&job);
+            }
+        };
+        match renewed {
             Ok(()) => {
                 job.lease.extend_to(sent + ttl);
                 next = sent + interval;
@@ -162,12 +198,6 @@ async fn run(queue: Queue, job: Arc<Liveness>) {
                 return;
             }
             Err(error) => {
-                if job.lease.remaining().is_zero() {
-                    tracing::warn!(job_id = job.job.id, fence = job.job.fence, error = %error,
-                        "lease could not be renewed before it ran out; cancelling the handler");
-                    job.mark_lost();
-                    return;
-                }
                 tracing::debug!(job_id = job.job.id, fence = job.job.fence, error = %error, "heartbeat failed; retrying");
                 next = Instant::now() + Duration::from_millis(500).min(interval);
             }

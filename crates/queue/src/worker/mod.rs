@@ -349,13 +349,22 @@ async fn run_job(
         queue: shared.queue.clone(),
     };
     let started = Instant::now();
-    let result = match AssertUnwindSafe(handler.run(ctx))
+    let cancel = liveness.cancel.clone();
+    let running = AssertUnwindSafe(handler.run(ctx))
         .catch_unwind()
-        .instrument(span.clone())
-        .await
-    {
-        Ok(result) => result,
-        Err(panic) => Err(
+        .instrument(span.clone());
+    // A lost lease stops the handler where it is, whatever it awaits: a BMC or Incus call still open when the
+    // next holder starts would be a second request to that server at once. Dropped, the call's connection closes
+    // (and a Redfish call's slot is held until it has). A handler that finishes first is not interrupted.
+    let finished = tokio::select! {
+        biased;
+        finished = running => Some(finished),
+        () = cancel.cancelled() => None,
+    };
+    let result = match finished {
+        None => Err(Failure::retryable("the lease was lost; the handler was stopped")),
+        Some(Ok(result)) => result,
+        Some(Err(panic)) => Err(
             Failure::retryable(format!("handler panicked: {}", panic_message(&panic)))
                 .with_error_class("panic"),
         ),
