@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use racklift_bmc_sim::{Faults, Personality, PersonalityChoice};
 use racklift_deploy::{Cause, State};
+use racklift_tests::cluster::{CLUSTER, form_cluster};
 use racklift_tests::rack::Rack;
-use serde_json::json;
+use serde_json::{Value, json};
 
 const SCALE: f64 = 0.01;
 
@@ -70,5 +71,41 @@ async fn a_late_eject_on_every_personality_is_repaired_by_one_power_cycle() {
             "{name}: {audit:?}"
         );
     }
+
+    // Repaired, each is an ordinary member: a rolling reboot of all six takes each down and back up once.
+    form_cluster(&rack, SERVERS, Duration::from_secs(10), None).await;
+    let r = rack
+        .http
+        .post(format!(
+            "{}/1.0/provisioning/clusters/{CLUSTER}:reboot",
+            rack.api_url
+        ))
+        .bearer_auth(&rack.catalog.admin_token)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("the API answers");
+    assert_eq!(r.status(), 202);
+    let view = || async {
+        rack.http
+            .get(format!("{}/1.0/provisioning/clusters/{CLUSTER}", rack.api_url))
+            .bearer_auth(&rack.catalog.admin_token)
+            .send()
+            .await
+            .expect("the API answers")
+            .json::<Value>()
+            .await
+            .expect("a cluster view")
+    };
+    racklift_tests::wait_for(Duration::from_secs(240), "the rolling reboot to end", || async {
+        view().await["operation"]["status"] != "running"
+    })
+    .await;
+    let view = view().await;
+    let truths: Vec<Value> = (0..SERVERS).map(|i| rack.sim.truth(i)).collect();
+    assert_eq!(
+        view["operation"]["status"], "completed",
+        "{view:#}\ntruths: {truths:#?}"
+    );
     rack.stop().await;
 }

@@ -223,6 +223,15 @@ impl ClusterStepHandler {
                         .with_label_values(&[step_name(step)])
                         .observe(duration_ms as f64 / 1000.0);
                     let mut run = op.run.clone();
+                    if step == RollingStep::Reboot && acted.is_ok() {
+                        // Accepted: recorded before the watch below, so a worker stopping during it leaves a
+                        // reboot the next holder waits for, not one it takes as never sent.
+                        if let Some(s) = run.servers.iter_mut().find(|s| s.name == server) {
+                            s.reboot_unconfirmed = false;
+                        }
+                        op = self.save(&op, &run).await?;
+                        run = op.run.clone();
+                    }
                     let Some(s) = run.servers.iter_mut().find(|s| s.name == server) else {
                         break End::Snooze(now);
                     };
@@ -250,6 +259,7 @@ impl ClusterStepHandler {
                             tracing::info!(cluster = %op.cluster, server = %server, step = step_name(step),
                                 fence = job.fence, duration_ms, "reboot call unanswered, the server went down");
                             s.went_down = true;
+                            s.reboot_unconfirmed = false;
                         }
                         Err(e) => {
                             let text = crate::deploy_step::error_chain(&e);

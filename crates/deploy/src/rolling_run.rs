@@ -190,6 +190,11 @@ pub struct RunServer {
     /// The server was seen down (its API not answering, or its running version changed) since its reboot was
     /// triggered: the reboot happened, and an answering server afterwards is back.
     pub went_down: bool,
+    /// The reboot's trigger is recorded but nothing yet shows the server got it: its call was not answered and
+    /// the server was not seen going down. A worker that stops between recording the trigger and the call
+    /// leaves this set, and the reboot is made due again once the call could no longer be in flight
+    /// ([`crate::rolling_run::decide`]), rather than waiting out a reboot that never started.
+    pub reboot_unconfirmed: bool,
     /// The running version when the reboot was triggered.
     pub version_before_reboot: Option<String>,
     /// The run is finished with this server.
@@ -223,6 +228,7 @@ impl RunServer {
             self.update.reboot_pending = true;
             self.update.step_triggered_at = None;
             self.went_down = false;
+            self.reboot_unconfirmed = false;
         } else {
             self.update.step_triggered_at = Some(now - secs(cfg.timeout_secs(step)));
         }

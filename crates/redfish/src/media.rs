@@ -113,6 +113,9 @@ pub struct VirtualMedia {
     /// `Actions`.
     #[serde(default)]
     pub actions: Option<Map<String, Value>>,
+    /// `Oem`: an iLO publishes its media actions here (`Oem.Hpe.Actions`), not under `Actions.Oem`.
+    #[serde(default)]
+    pub oem: Option<Map<String, Value>>,
     /// Everything else.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -128,6 +131,18 @@ impl VirtualMedia {
     /// Whether the slot holds exactly `image` (the attach wait condition).
     pub fn holds(&self, image: &str) -> bool {
         self.has_media() && self.image.as_deref() == Some(image)
+    }
+
+    /// The OEM action whose name ends with `suffix` (`InsertVirtualMedia`): under a vendor's `Oem.<vendor>.Actions`
+    /// in the resource, where iLO 5 and 6 put `#HpeiLOVirtualMedia.InsertVirtualMedia`, or under `Actions.Oem`,
+    /// where the Redfish specification lets a vendor extend `Actions`.
+    pub fn oem_action(&self, suffix: &str) -> Option<ActionRef> {
+        let in_resource = self.oem.as_ref().and_then(|oem| {
+            oem.values()
+                .filter_map(|vendor| vendor.get("Actions")?.as_object())
+                .find_map(|actions| ActionRef::find_named(actions, suffix))
+        });
+        in_resource.or_else(|| ActionRef::find_oem(self.actions.as_ref(), suffix))
     }
 
     /// Whether the slot takes CDs or DVDs.
@@ -245,7 +260,7 @@ impl BmcClient {
                     Err(e) => return Err(e),
                 }
             }
-            if let Some(action) = ActionRef::find_oem(actions, "InsertVirtualMedia") {
+            if let Some(action) = media.oem_action("InsertVirtualMedia") {
                 let body = json!({ "Image": image });
                 match self.post(&action.target, &body, Idempotency::Once).await {
                     Ok(reply) => return Ok(outcome(InsertMethod::OemAction, &reply)),
@@ -276,10 +291,7 @@ impl BmcClient {
                     ActionRef::find(actions, "#VirtualMedia.EjectMedia"),
                     EjectMethod::Action,
                 ),
-                (
-                    ActionRef::find_oem(actions, "EjectVirtualMedia"),
-                    EjectMethod::OemAction,
-                ),
+                (media.oem_action("EjectVirtualMedia"), EjectMethod::OemAction),
             ];
             for (action, method) in attempts {
                 let Some(action) = action else { continue };

@@ -130,6 +130,14 @@ impl ActionRef {
 
     /// Searches `Actions.Oem` (down to three levels) for an action whose name ends in
     /// `suffix`, such as `InsertVirtualMedia` (HPE `#HpeiLOVirtualMedia.InsertVirtualMedia`).
+    /// The action among `actions` (one vendor's) whose name ends with `suffix`.
+    pub(crate) fn find_named(actions: &Map<String, Value>, suffix: &str) -> Option<Self> {
+        actions
+            .iter()
+            .filter(|(name, _)| name.ends_with(suffix))
+            .find_map(|(_, action)| ActionRef::from_value(action))
+    }
+
     pub(crate) fn find_oem(actions: Option<&Map<String, Value>>, suffix: &str) -> Option<Self> {
         fn walk(v: &Value, suffix: &str, depth: u8) -> Option<ActionRef> {
             let obj = v.as_object()?;

@@ -76,14 +76,16 @@ pub fn get(ctx: &Ctx<'_>, i: usize) -> Response {
         }
     }
     if spec.oem_actions {
+        // Where iLO 5 and 6 publish them: the resource's `Oem.Hpe.Actions`, described by HPE's
+        // `HpeiLOVirtualMedia` schema (`VirtualMedia.OemActions` defines no `Hpe`).
         let oem = |name: &str| json!({"target": ctx.uri(&format!("{}/Actions/Oem/Hpe/HpeiLOVirtualMedia.{name}", spec.path))});
-        actions.insert(
-            "Oem".into(),
-            json!({"Hpe": {
+        body["Oem"] = json!({"Hpe": {
+            "@odata.type": "#HpeiLOVirtualMedia.v2_2_0.HpeiLOVirtualMedia",
+            "Actions": {
                 "#HpeiLOVirtualMedia.InsertVirtualMedia": oem("InsertVirtualMedia"),
                 "#HpeiLOVirtualMedia.EjectVirtualMedia": oem("EjectVirtualMedia"),
-            }}),
-        );
+            },
+        }});
     }
     if !actions.is_empty() {
         body["Actions"] = Value::Object(actions);

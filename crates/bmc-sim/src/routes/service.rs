@@ -28,7 +28,8 @@ pub fn root(ctx: &Ctx<'_>) -> Response {
         "Systems": ctx.link("/redfish/v1/Systems"),
         "Managers": ctx.link("/redfish/v1/Managers"),
         "Chassis": ctx.link("/redfish/v1/Chassis"),
-        "TaskService": ctx.link("/redfish/v1/TaskService"),
+        // `Tasks` is ServiceRoot's name for the link to the TaskService.
+        "Tasks": ctx.link("/redfish/v1/TaskService"),
         "SessionService": ctx.link("/redfish/v1/SessionService"),
         "Links": {"Sessions": ctx.link(SESSIONS)},
     }))

@@ -141,7 +141,9 @@ async fn hpe_has_media_under_the_manager_only_lower_case_bios_and_refuses_overri
             .unwrap()
             .contains("/Managers/1/VirtualMedia/")
     );
-    assert!(slot["Actions"]["Oem"]["Hpe"]["#HpeiLOVirtualMedia.InsertVirtualMedia"]["target"].is_string());
+    // Where iLO puts its media actions: the resource's `Oem.Hpe.Actions`, not `Actions.Oem`.
+    assert!(slot["Oem"]["Hpe"]["Actions"]["#HpeiLOVirtualMedia.InsertVirtualMedia"]["target"].is_string());
+    assert!(slot["Actions"].get("Oem").is_none());
     let sb = c.get(sys["SecureBoot"]["@odata.id"].as_str().unwrap()).await;
     assert!(sb.get("SecureBootDatabases").is_none());
 

@@ -20,6 +20,7 @@ pub fn observe(s: &mut RunServer, f: &MemberFacts) -> RollingState {
         let version_moved = f.running_version.is_some() && f.running_version != s.version_before_reboot;
         if !f.reachable || version_moved {
             s.went_down = true;
+            s.reboot_unconfirmed = false;
         }
     }
     if !f.reachable {
@@ -198,7 +199,24 @@ fn decide_restart(
             .cloned()
             .unwrap_or_else(|| missing(&run.servers[index].name));
         let s = &mut run.servers[index];
-        let state = observe(s, &f);
+        let mut state = observe(s, &f);
+        if state == RollingState::InMaintenanceRebooting
+            && s.reboot_unconfirmed
+            && f.reachable
+            && s.update
+                .step_triggered_at
+                .is_some_and(|at| now >= at + secs(cfg.incus_call_timeout_secs))
+        {
+            // The trigger was recorded, its call's time is over, no answer was recorded and the server never
+            // went down: the worker that held it stopped before the server saw it. Due again, as a counted
+            // attempt.
+            s.trigger_failed(
+                "no answer to the reboot call was recorded and the server did not go down (its worker stopped)",
+                now,
+                cfg,
+            );
+            state = observe(s, &f);
+        }
         if state == RollingState::Undefined && !f.reachable {
             // Not in a step and not answering: the cluster is degraded, as with another member down.
             let reason = format!("member {} could not be read: {}", s.name, unreadable(&f));
@@ -255,6 +273,7 @@ fn decide_restart(
                 s.operation = None;
                 if step == RollingStep::Reboot {
                     s.went_down = false;
+                    s.reboot_unconfirmed = true;
                     s.version_before_reboot = f.running_version.clone();
                 }
                 return RunDecision::Trigger {

@@ -110,6 +110,39 @@ fn reboot_that_never_comes_back_ends_the_run_at_the_reboot_timeout() {
 }
 
 #[test]
+fn a_reboot_whose_worker_stopped_before_the_call_is_triggered_again_once_the_call_is_over() {
+    // The trigger was recorded, then the worker stopped (killed, or its lease lost) before the server saw the
+    // call: no answer recorded, and the server stays up. Unlike a reboot that was answered and never came back
+    // (which ends the run at the reboot timeout), it is owed again once the call's time is over.
+    let cfg = cfg();
+    let list = three_online();
+    let run = launch(RunKind::Reboot, &list);
+    let cluster = Cluster::new(&RunKind::Reboot, &list).misbehaving("s2", St::Reboot, Misbehave::Ignored);
+    let mut lost = false;
+    let trace = drive_with(run, cluster, 0, &cfg, &settings(None), |_, run, cluster| {
+        let s = run.servers.iter_mut().find(|s| s.name == "s2").unwrap();
+        if !lost && s.update.step == Some(St::Reboot) && s.update.step_triggered_at.is_some() {
+            // The call never reached the server, and no answer was recorded.
+            s.reboot_unconfirmed = true;
+            cluster.misbehave = None;
+            lost = true;
+        }
+    });
+    assert_eq!(trace.end, RunDecision::Completed);
+    let reboots = trace.trigger_times("s2", St::Reboot);
+    assert_eq!(reboots.len(), 2, "{reboots:?}");
+    assert!(
+        reboots[1] >= reboots[0] + cfg.incus_call_timeout_secs as i64,
+        "not before the call could have been answered: {reboots:?}"
+    );
+    assert!(
+        reboots[1] < reboots[0] + cfg.reboot_timeout_secs as i64,
+        "well before the reboot timeout: {reboots:?}"
+    );
+    assert_eq!(trace.run.progress(), (3, 3));
+}
+
+#[test]
 fn a_reboot_the_server_refused_is_triggered_again_within_its_attempts() {
     // The worker records a refused (or unanswered, never seen going down) reboot call as failed: the server is
     // still up, so the reboot is owed again rather than waited for as one that does not come back.

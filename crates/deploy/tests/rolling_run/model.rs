@@ -264,6 +264,12 @@ pub(crate) fn drive_with(
         match decision {
             RunDecision::Trigger { server, step } => {
                 cluster.apply(&server, step);
+                // As the worker does: the answer to a reboot call is recorded.
+                if step == St::Reboot
+                    && let Some(s) = run.servers.iter_mut().find(|s| s.name == server)
+                {
+                    s.reboot_unconfirmed = false;
+                }
                 now += 1;
             }
             RunDecision::Wait { until } => {
