@@ -267,6 +267,7 @@ async fn deploy(
         .uuid
         .map(|u| u.trim().to_owned())
         .filter(|u| !u.is_empty());
+    check_bios(&client, &bios, &profiles).await?;
     if !req.skip_secure_boot_certificates {
         check_key_databases(&client).await?;
     }
@@ -454,6 +455,32 @@ fn bmc_read_error(e: racklift_redfish::Error) -> ApiError {
     match e.class() {
         ErrorClass::Auth => ApiError::unprocessable("bmc_auth_failed", "bmc_username", e.to_string()),
         _ => ApiError::new(StatusCode::BAD_GATEWAY, "bmc_unreachable", e.to_string()).field("bmc_address"),
+    }
+}
+
+/// A BMC without a Bios resource can take a deployment only when no BIOS profile sets an attribute for the
+/// server: refused here, rather than failing at the BIOS check minutes later. With nothing to set, the BIOS is not
+/// read at all here (the deployment passes it by and records why).
+async fn check_bios(client: &BmcClient, plan: &BiosPlan, profiles: &[BiosProfile]) -> Result<(), ApiError> {
+    let wanted = plan.attributes.len() + plan.deferred_attributes.len();
+    if wanted == 0 {
+        return Ok(());
+    }
+    match client.read_bios().await {
+        Ok(_) => Ok(()),
+        Err(e) if e.class() == ErrorClass::Unsupported => {
+            let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+            Err(ApiError::unprocessable(
+                "bios_absent",
+                "name",
+                format!(
+                    "the BMC has no Bios resource, and the BIOS profiles {} set {wanted} attribute(s) for this \
+                     server; change the profiles' match rules or remove their attributes",
+                    names.join(", ")
+                ),
+            ))
+        }
+        Err(e) => Err(bmc_read_error(e)),
     }
 }
 

@@ -296,6 +296,42 @@ async fn deploy_enqueues_one_job_and_is_idempotent() {
     sim.shutdown().await;
 }
 
+/// A BMC without a Bios resource: a deployment whose profiles set attributes for the server is refused up front,
+/// naming the profiles; with none that apply, it is accepted (and passes the BIOS by).
+#[tokio::test]
+async fn preflight_refuses_bios_attributes_a_bmc_without_bios_cannot_take() {
+    let api = Api::start().await;
+    let sim = start_sim().await;
+    let (token, _) = catalog(&api, &sim, 4096).await;
+    set_public_address(&api).await;
+    sim.set_faults(
+        0,
+        racklift_bmc_sim::Faults {
+            no_bios: true,
+            ..Default::default()
+        },
+    );
+    let body = json!({ "token": token, "seed": "web" });
+    let (s, v) = deploy(&api, "node1", body.clone(), None).await;
+    assert_eq!(s, 422, "{v}");
+    assert_eq!((code(&v), field(&v)), ("bios_absent", Some("name")), "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("no Bios resource")
+            && message.contains("generic")
+            && message.contains("2 attribute"),
+        "{v}"
+    );
+    let (s, _) = api
+        .call(Method::DELETE, "/1.0/bios-profiles/generic", ADMIN, None)
+        .await;
+    assert!(s == 200 || s == 204, "{s}");
+    let (s, v) = deploy(&api, "node1", body, None).await;
+    assert_eq!(s, 202, "{v}");
+    api.stop().await;
+    sim.shutdown().await;
+}
+
 /// Pre-flight snapshots which profiles the BIOS plan came from, in the order they were layered, and the deployment
 /// keeps showing them after the catalog changes.
 #[tokio::test]

@@ -51,6 +51,9 @@ pub struct Faults {
     pub late_eject: bool,
     /// Hide `BootProgress`.
     pub no_boot_progress: bool,
+    /// No Bios resource: the System links none and its paths answer 404, as on some of DMTF's mockups and
+    /// sushy-tools' fake driver.
+    pub no_bios: bool,
     /// Hide `LastResetTime`.
     pub no_last_reset_time: bool,
     /// Boot-override changes answer 400 while the machine is in POST.

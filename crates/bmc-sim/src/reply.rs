@@ -8,7 +8,10 @@ use serde_json::{Value, json};
 /// Base message registry prefix of the simulator's error ids.
 pub const BASE: &str = "Base.1.8";
 
-/// A JSON response with `OData-Version`.
+/// What a Redfish answer says about caching: a resource's state is live, so a client must revalidate.
+const CACHE_CONTROL: &str = "no-cache";
+
+/// A JSON response with `OData-Version` and `Cache-Control`.
 pub fn json(status: StatusCode, body: &Value) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut resp = Response::new(Body::from(bytes));
@@ -19,6 +22,7 @@ pub fn json(status: StatusCode, body: &Value) -> Response {
         HeaderValue::from_static("application/json; charset=utf-8"),
     );
     h.insert("odata-version", HeaderValue::from_static("4.0"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(CACHE_CONTROL));
     resp
 }
 
@@ -29,8 +33,9 @@ pub fn ok(body: &Value) -> Response {
 pub fn status(status: StatusCode) -> Response {
     let mut resp = Response::new(Body::empty());
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert("odata-version", HeaderValue::from_static("4.0"));
+    let h = resp.headers_mut();
+    h.insert("odata-version", HeaderValue::from_static("4.0"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(CACHE_CONTROL));
     resp
 }
 

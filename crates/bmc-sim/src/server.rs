@@ -198,6 +198,20 @@ async fn redfish(
         }
         None => {}
     }
+    // A client asking for an OData version other than 4.0 is refused (Redfish specification, "OData-Version"
+    // request header: 412 when unsupported).
+    if req
+        .headers()
+        .get("odata-version")
+        .is_some_and(|v| v.as_bytes() != b"4.0")
+    {
+        return reply::error(
+            StatusCode::PRECONDITION_FAILED,
+            "PreconditionFailed",
+            "Only OData-Version 4.0 is supported.",
+            &[],
+        );
+    }
     let trimmed = rel.trim_end_matches('/');
     if trimmed == "/redfish" {
         return reply::ok(&json!({"v1": format!("{prefix}/redfish/v1/")}));
@@ -205,7 +219,8 @@ async fn redfish(
     let public = matches!(
         trimmed,
         "/redfish/v1" | "/redfish/v1/$metadata" | "/redfish/v1/odata"
-    ) || (method == Method::POST && trimmed == routes::SESSIONS);
+    ) || (method == Method::POST
+        && (trimmed == routes::SESSIONS || trimmed == routes::SESSIONS_MEMBERS));
     if !public && !authorized(bmc, &req) {
         return reply::unauthorized();
     }

@@ -68,6 +68,7 @@ fn facts() -> Facts {
             current,
             pending: BTreeMap::new(),
         }),
+        bios_absent: false,
         bios_task: None,
         key_dbs: KeyDb::ALL
             .iter()

@@ -380,6 +380,30 @@ fn decide_branch(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step
     if let Some(step) = in_backoff(m, now) {
         return step;
     }
+    let plan = &d.plan.bios;
+    if facts.bios.is_none() && facts.bios_absent {
+        // No Bios resource, so nothing to read or stage: passed by when the plan sets nothing, otherwise the
+        // plan cannot be carried out (the API's pre-flight refuses such a deployment; a BMC can lose the
+        // resource after it, with a firmware update).
+        let wanted = plan.attributes.len() + plan.deferred_attributes.len();
+        if wanted > 0 {
+            return fail(
+                m.clone(),
+                Cause::BiosAbsent,
+                Some(format!(
+                    "the BMC has no Bios resource, and the BIOS profiles set {wanted} attribute(s)"
+                )),
+                now,
+            );
+        }
+        let mut next = m.clone();
+        next.bios.first = false;
+        next.bios.deferred = false;
+        return match m.state {
+            State::CheckBIOS => transition(next, State::PowerOffSecureBoot, Cause::BiosAbsent, now, true),
+            other => unexpected(m, other, now),
+        };
+    }
     let Some(bios_facts) = facts.bios.as_ref() else {
         return count_retry(
             m.clone(),
@@ -389,7 +413,6 @@ fn decide_branch(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step
             Jitter::NONE,
         );
     };
-    let plan = &d.plan.bios;
     let first_applied = bios::applied(&plan.attributes, Some(bios_facts));
     let deferred_applied = bios::applied(&plan.deferred_attributes, Some(bios_facts));
     let mut next = m.clone();

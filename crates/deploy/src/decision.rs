@@ -43,6 +43,8 @@ pub enum Cause {
     ConditionMet,
     /// A check or verification branched on the attribute values.
     BiosChecked,
+    /// The BMC has no Bios resource: passed by when no attribute is planned, a failure when one is.
+    BiosAbsent,
     BiosNotApplied,
     CertificatesCorrect,
     NothingToStage,

@@ -140,6 +140,10 @@ pub struct Facts {
     /// The selected virtual media device; `None` when it could not be read.
     pub media: Option<MediaSlot>,
     pub bios: Option<BiosFacts>,
+    /// The BMC has no Bios resource (it answered 404, 405 or 501 for it): some DMTF mockups, sushy-tools' fake
+    /// driver, BMCs without BIOS settings over Redfish. Unlike `bios` being `None` (a read that failed), no retry
+    /// makes attributes appear.
+    pub bios_absent: bool,
     pub bios_task: Option<TaskState>,
     /// Entries per key database; a database missing here could not be read.
     pub key_dbs: BTreeMap<KeyDb, Vec<Fingerprint>>,

@@ -211,6 +211,9 @@ pub static STATES: [StateDef; 40] = [
         flow(S::PowerOffBIOS, NOT_APPLIED),
         flow(S::PowerOffBIOSDeferred, MATCH),
         flow(S::PowerOffSecureBoot, MATCH_NO_DEFERRED),
+        // Beyond the spec: a BMC without a Bios resource.
+        flow(S::PowerOffSecureBoot, Some("no Bios resource, no attributes planned")),
+        fail("no Bios resource, attributes planned"),
     ]),
     def(S::PowerOffBIOS, "power off", K::Trigger, T::None, None, B::Step, C::Step, &[flow(S::WaitPowerOffBIOS, None)]),
     def(S::WaitPowerOffBIOS, "wait for power off", K::Wait, T::Step, Some(S::PowerOffBIOS), B::Step, C::Step, &[

@@ -81,6 +81,30 @@ fn cases() -> Vec<Case> {
             bios(Some(true), Some(true)),
             S::PowerOffSecureBoot,
         ),
+        Case {
+            name: "check: no Bios resource, nothing planned",
+            from: S::CheckBIOS,
+            after: 0,
+            setup: |d| {
+                d.plan.bios.attributes.clear();
+                d.plan.bios.deferred_attributes.clear();
+            },
+            input: Input::Decide(Facts {
+                bios_absent: true,
+                ..on()
+            }),
+            to: S::PowerOffSecureBoot,
+        },
+        case(
+            "check: no Bios resource, attributes planned",
+            S::CheckBIOS,
+            0,
+            Facts {
+                bios_absent: true,
+                ..on()
+            },
+            S::Failed,
+        ),
         case(
             "power off BIOS: timeout",
             S::WaitPowerOffBIOS,

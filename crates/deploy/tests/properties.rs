@@ -128,6 +128,7 @@ prop_compose! {
         key_dbs in arb_key_dbs(),
         registered in prop::bool::weighted(0.03),
         refused in prop::bool::weighted(0.05),
+        bios_absent in prop::bool::weighted(0.02),
         read in prop::option::of((-1i64..1500, 0i64..600)),
         cancel in (0.0f64..1.0, any::<bool>()),
     ) -> Facts {
@@ -137,6 +138,7 @@ prop_compose! {
             boot_progress: progress.map(|i| PROGRESS[i]),
             boot_progress_at: lrt.map(|i| t(i * 1000 + 1)),
             media,
+            bios_absent: bios_absent && bios.is_none(),
             bios,
             bios_task: task,
             key_dbs,

@@ -526,3 +526,51 @@ fn records_facts_and_steps_round_trip_through_json() {
     // Facts a worker could not read are simply absent.
     assert_eq!(serde_json::from_str::<Facts>("{}").unwrap(), Facts::default());
 }
+
+#[test]
+fn a_bmc_without_a_bios_resource_is_passed_by_or_failed_never_retried() {
+    // (what, BIOS facts, attributes planned, the state it goes to, the failure's cause)
+    let absent = Facts {
+        bios_absent: true,
+        ..on()
+    };
+    let unreadable = on();
+    let cases = [
+        (
+            "absent, nothing planned",
+            &absent,
+            false,
+            State::PowerOffSecureBoot,
+            None,
+        ),
+        (
+            "absent, attributes planned",
+            &absent,
+            true,
+            State::Failed,
+            Some(Cause::BiosAbsent),
+        ),
+        ("unreadable: retried", &unreadable, true, State::CheckBIOS, None),
+    ];
+    for (what, facts, planned, to, cause) in cases {
+        let mut d = at_state(State::CheckBIOS, 100);
+        if !planned {
+            d.plan.bios.attributes.clear();
+            d.plan.bios.deferred_attributes.clear();
+        }
+        let step = decide(&d, facts, t(100), &cfg());
+        assert_eq!(step.machine.state, to, "{what}");
+        let failure = step.machine.failure.as_ref();
+        assert_eq!(failure.map(|f| f.cause), cause, "{what}");
+        if let Some(f) = failure {
+            let error = f.error.as_deref().unwrap_or_default();
+            assert!(
+                error.contains("no Bios resource") && error.contains("2 attribute"),
+                "{what}: {error}"
+            );
+        }
+        if to == State::CheckBIOS {
+            assert_eq!(step.machine.retries, 1, "{what}: a failed read counts a retry");
+        }
+    }
+}

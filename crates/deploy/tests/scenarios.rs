@@ -192,6 +192,7 @@ impl Server {
                 current: self.current.clone(),
                 pending: self.pending.clone(),
             }),
+            bios_absent: false,
             bios_task: None,
             key_dbs: self.key_dbs.clone(),
             registered: self.boots_installed()

@@ -205,6 +205,8 @@ pub async fn observe(client: &BmcClient, slot: Option<&SlotRef>, want: &Want) ->
                 }
                 Err(e) => note("read pending BIOS attributes", &e, &mut out.errors),
             },
+            // No Bios resource at all: a fact, not a failed read.
+            Err(e) if e.class() == ErrorClass::Unsupported => out.facts.bios_absent = true,
             Err(e) => note("read BIOS attributes", &e, &mut out.errors),
         }
     }

@@ -74,6 +74,9 @@ pub enum Resolved {
 pub const TASKS: &str = "/redfish/v1/TaskService/Tasks";
 pub const MONITORS: &str = "/redfish/v1/TaskService/TaskMonitors";
 pub const SESSIONS: &str = "/redfish/v1/SessionService/Sessions";
+/// Where the Redfish specification also lets a client create a session ("POST to the Members of the
+/// collection").
+pub const SESSIONS_MEMBERS: &str = "/redfish/v1/SessionService/Sessions/Members";
 
 /// Paths of the secure-boot resources of a profile.
 pub fn sb_path(profile: &Profile) -> String {
@@ -197,6 +200,7 @@ impl RouteTable {
         add(TASKS, Route::Tasks);
         add("/redfish/v1/SessionService", Route::SessionService);
         add(SESSIONS, Route::Sessions);
+        add(SESSIONS_MEMBERS, Route::Sessions);
         RouteTable { map, entry_prefixes }
     }
 
@@ -289,12 +293,57 @@ impl Ctx<'_> {
     }
 }
 
-/// Route a request to its handler.
+/// The methods a resource answers, for `Allow` (Redfish specification, "Allow" response header: on GET and HEAD
+/// answers and on 405).
+fn allowed(resolved: Resolved) -> &'static str {
+    use Route as R;
+    const READ: &str = "GET, HEAD";
+    match resolved {
+        Resolved::Static(route) => match route {
+            R::System | R::SecureBoot | R::Media(_) => "GET, HEAD, PATCH",
+            R::BiosSettings => "GET, HEAD, PATCH, PUT",
+            R::SbCerts(_) | R::Sessions => "GET, HEAD, POST",
+            R::SystemReset
+            | R::BiosResetBios
+            | R::SecureBootResetKeys
+            | R::SbDbResetKeys(_)
+            | R::MediaInsert(_)
+            | R::MediaEject(_)
+            | R::MediaOemInsert(_)
+            | R::MediaOemEject(_) => "POST",
+            _ => READ,
+        },
+        Resolved::Cert(db, _) | Resolved::Sig(db, _) if db < 4 => "GET, DELETE",
+        Resolved::Session(_) => "GET, DELETE",
+        Resolved::Cert(..) | Resolved::Sig(..) | Resolved::Task(_) | Resolved::Monitor(_) => READ,
+    }
+}
+
+/// Route a request to its handler; a read or a refused method is told what the resource allows.
 pub async fn dispatch(ctx: Ctx<'_>, path: &str) -> Response {
     let Some(resolved) = ctx.bmc.routes.resolve(path) else {
         return reply::not_found();
     };
     let get = *ctx.method == Method::GET || *ctx.method == Method::HEAD;
+    if ctx.bmc.faults().no_bios
+        && matches!(
+            resolved,
+            Resolved::Static(Route::Bios | Route::BiosSettings | Route::BiosResetBios)
+        )
+    {
+        return reply::not_found();
+    }
+    let mut resp = route(ctx, resolved, get).await;
+    if get || resp.status() == axum::http::StatusCode::METHOD_NOT_ALLOWED {
+        resp.headers_mut().insert(
+            axum::http::header::ALLOW,
+            axum::http::HeaderValue::from_static(allowed(resolved)),
+        );
+    }
+    resp
+}
+
+async fn route(ctx: Ctx<'_>, resolved: Resolved, get: bool) -> Response {
     match resolved {
         Resolved::Static(route) => route_static(ctx, route, get).await,
         Resolved::Cert(db, id) | Resolved::Sig(db, id) => {

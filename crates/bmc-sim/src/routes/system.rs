@@ -13,9 +13,9 @@ use crate::reply;
 pub fn get(ctx: &Ctx<'_>) -> Response {
     let p = ctx.profile();
     let bmc = ctx.bmc;
-    let (no_progress, no_reset_time) = {
+    let (no_progress, no_reset_time, no_bios) = {
         let f = bmc.faults();
-        (f.no_boot_progress, f.no_last_reset_time)
+        (f.no_boot_progress, f.no_last_reset_time, f.no_bios)
     };
     let m = bmc.machine();
     let mut reset = Map::new();
@@ -80,6 +80,9 @@ pub fn get(ctx: &Ctx<'_>) -> Response {
             bp["LastBootTimeSeconds"] = json!(secs);
         }
         obj.insert("BootProgress".into(), bp);
+    }
+    if no_bios {
+        obj.remove("Bios");
     }
     reply::ok(&body)
 }

@@ -7,6 +7,7 @@ mod incus;
 mod incus_faults;
 mod lifecycle;
 mod personalities;
+mod protocol;
 mod registration;
 mod resources;
 mod seed;
