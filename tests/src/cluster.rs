@@ -182,6 +182,22 @@ pub async fn form_cluster(
     names
 }
 
+/// Starts a rolling reboot of [`CLUSTER`] through the API.
+pub async fn start_reboot(rack: &Rack) {
+    let r = rack
+        .http
+        .post(format!(
+            "{}/1.0/provisioning/clusters/{CLUSTER}:reboot",
+            rack.api_url
+        ))
+        .bearer_auth(&rack.catalog.admin_token)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("the API answers");
+    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap_or_default());
+}
+
 pub fn short_budgets() -> Config {
     let mut config = Config::for_simulation(0.002);
     config.rolling.reboot_timeout_secs = 8;

@@ -8,9 +8,9 @@ use std::time::Duration;
 use racklift_bmc_sim::{Personality, PersonalityChoice};
 use racklift_pgembed::EmbeddedPostgres;
 use racklift_tests::Racklift;
-use racklift_tests::cluster::{CLUSTER, form_cluster};
+use racklift_tests::cluster::{CLUSTER, form_cluster, start_reboot};
 use racklift_tests::rack::Rack;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const SCALE: f64 = 0.01;
 const MEMBERS: usize = 4;
@@ -68,18 +68,7 @@ async fn wait_done(rack: &Rack, done: u64) {
 async fn start_rolling_reboot(rack: &Rack) -> Vec<String> {
     rack.deploy_all().await;
     let names = form_cluster(rack, MEMBERS, Duration::from_secs(180), None).await;
-    let r = rack
-        .http
-        .post(format!(
-            "{}/1.0/provisioning/clusters/{CLUSTER}:reboot",
-            rack.api_url
-        ))
-        .bearer_auth(&rack.catalog.admin_token)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
+    start_reboot(rack).await;
     names
 }
 

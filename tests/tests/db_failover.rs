@@ -16,7 +16,7 @@ use racklift_pgembed::haproxy::{HaProxy, Upstream};
 use racklift_pgembed::{Node, ReplicatedPostgres};
 use racklift_testdb::TestDb;
 use racklift_tests::Racklift;
-use racklift_tests::cluster::{CLUSTER, form_cluster};
+use racklift_tests::cluster::{CLUSTER, form_cluster, start_reboot};
 use racklift_tests::rack::Rack;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
@@ -129,18 +129,7 @@ async fn a_database_failover_mid_run_loses_nothing() {
         let response = rack.deploy(&name, json!({})).await;
         assert_eq!(response.status(), 202, "{name}");
     }
-    let r = rack
-        .http
-        .post(format!(
-            "{}/1.0/provisioning/clusters/{CLUSTER}:reboot",
-            rack.api_url
-        ))
-        .bearer_auth(&rack.catalog.admin_token)
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
+    start_reboot(&rack).await;
 
     // Mid-run: one member done and the deployments under way.
     racklift_tests::wait_for(LIMIT, "the first member done", || async {

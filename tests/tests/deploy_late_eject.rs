@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use racklift_bmc_sim::{Faults, Personality, PersonalityChoice};
 use racklift_deploy::{Cause, State};
-use racklift_tests::cluster::{CLUSTER, form_cluster};
+use racklift_tests::cluster::{CLUSTER, form_cluster, start_reboot};
 use racklift_tests::rack::Rack;
 use serde_json::{Value, json};
 
@@ -74,18 +74,7 @@ async fn a_late_eject_on_every_personality_is_repaired_by_one_power_cycle() {
 
     // Repaired, each is an ordinary member: a rolling reboot of all six takes each down and back up once.
     form_cluster(&rack, SERVERS, Duration::from_secs(10), None).await;
-    let r = rack
-        .http
-        .post(format!(
-            "{}/1.0/provisioning/clusters/{CLUSTER}:reboot",
-            rack.api_url
-        ))
-        .bearer_auth(&rack.catalog.admin_token)
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("the API answers");
-    assert_eq!(r.status(), 202);
+    start_reboot(&rack).await;
     let view = || async {
         rack.http
             .get(format!("{}/1.0/provisioning/clusters/{CLUSTER}", rack.api_url))
