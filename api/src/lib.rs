@@ -16,6 +16,7 @@ mod media;
 mod media_targets;
 mod metrics;
 pub mod openapi;
+mod preflight;
 mod read_buffers;
 mod registration;
 mod routes;

@@ -5,6 +5,8 @@
 //! then the state's own rule from the table. Keeping that order in one place is what lets the
 //! property tests state "cancel always wins" and "everything ends by the deadline" at all.
 
+mod branch;
+
 use crate::Time;
 use crate::bios;
 use crate::config::{Config, secs};
@@ -71,7 +73,7 @@ fn decide_unclamped(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> S
     }
     match state.kind() {
         Kind::Trigger => decide_trigger(d, facts, now, cfg),
-        Kind::Decision => decide_branch(d, facts, now, cfg),
+        Kind::Decision => branch::decide_branch(d, facts, now, cfg),
         Kind::Wait => decide_wait(d, facts, now, cfg),
         Kind::Terminal => unreachable_terminal(m),
     }
@@ -190,7 +192,7 @@ fn error_text(outcome: &Outcome) -> Option<String> {
 
 /// Moves to `to`. Counters survive a trigger's success and a wait's fallback (so a trigger and
 /// its wait share one budget), and are reset where the step is done.
-fn transition(mut m: Machine, to: State, cause: Cause, now: Time, reset_retries: bool) -> Step {
+pub(super) fn transition(mut m: Machine, to: State, cause: Cause, now: Time, reset_retries: bool) -> Step {
     let from = m.state;
     m.state = to;
     m.seq += 1;
@@ -233,7 +235,7 @@ fn transition(mut m: Machine, to: State, cause: Cause, now: Time, reset_retries:
 }
 
 /// Fails where the deployment stands: media and power are left as they are for the operator.
-fn fail(mut m: Machine, cause: Cause, error: Option<String>, now: Time) -> Step {
+pub(super) fn fail(mut m: Machine, cause: Cause, error: Option<String>, now: Time) -> Step {
     m.failure = Some(Failure {
         state: m.state,
         cause,
@@ -242,7 +244,7 @@ fn fail(mut m: Machine, cause: Cause, error: Option<String>, now: Time) -> Step 
     transition(m, State::Failed, cause, now, false)
 }
 
-fn count_retry(mut m: Machine, error: &str, now: Time, cfg: &Config, jitter: Jitter) -> Step {
+pub(super) fn count_retry(mut m: Machine, error: &str, now: Time, cfg: &Config, jitter: Jitter) -> Step {
     m.record_error(error);
     m.retries += 1;
     let budget = match m.state.def().budget {
@@ -265,7 +267,7 @@ fn count_retry(mut m: Machine, error: &str, now: Time, cfg: &Config, jitter: Jit
 }
 
 /// A trigger (or decision) in backoff is not attempted before its time.
-fn in_backoff(m: &Machine, now: Time) -> Option<Step> {
+pub(super) fn in_backoff(m: &Machine, now: Time) -> Option<Step> {
     match m.retry_at {
         Some(at) if now < at => Some(Step {
             machine: m.clone(),
@@ -365,7 +367,7 @@ fn advance(m: Machine, cause: Cause, now: Time) -> Step {
     }
 }
 
-fn unexpected(m: &Machine, state: State, now: Time) -> Step {
+pub(super) fn unexpected(m: &Machine, state: State, now: Time) -> Step {
     // The table and this match disagree; fail loudly rather than guess.
     fail(
         m.clone(),
@@ -375,87 +377,9 @@ fn unexpected(m: &Machine, state: State, now: Time) -> Step {
     )
 }
 
-fn decide_branch(d: &Deployment, facts: &Facts, now: Time, cfg: &Config) -> Step {
-    let m = &d.machine;
-    if let Some(step) = in_backoff(m, now) {
-        return step;
-    }
-    let plan = &d.plan.bios;
-    if facts.bios.is_none() && facts.bios_absent {
-        // No Bios resource, so nothing to read or stage: passed by when the plan sets nothing, otherwise the
-        // plan cannot be carried out (the API's pre-flight refuses such a deployment; a BMC can lose the
-        // resource after it, with a firmware update).
-        let wanted = plan.attributes.len() + plan.deferred_attributes.len();
-        if wanted > 0 {
-            return fail(
-                m.clone(),
-                Cause::BiosAbsent,
-                Some(format!(
-                    "the BMC has no Bios resource, and the BIOS profiles set {wanted} attribute(s)"
-                )),
-                now,
-            );
-        }
-        let mut next = m.clone();
-        next.bios.first = false;
-        next.bios.deferred = false;
-        return match m.state {
-            State::CheckBIOS => transition(next, State::PowerOffSecureBoot, Cause::BiosAbsent, now, true),
-            other => unexpected(m, other, now),
-        };
-    }
-    let Some(bios_facts) = facts.bios.as_ref() else {
-        return count_retry(
-            m.clone(),
-            "BIOS attributes could not be read",
-            now,
-            cfg,
-            Jitter::NONE,
-        );
-    };
-    let first_applied = bios::applied(&plan.attributes, Some(bios_facts));
-    let deferred_applied = bios::applied(&plan.deferred_attributes, Some(bios_facts));
-    let mut next = m.clone();
-    let (to, cause) = match m.state {
-        State::CheckBIOS => {
-            next.bios.first = !first_applied;
-            next.bios.deferred = !deferred_applied;
-            (
-                route_after_first(first_applied, deferred_applied),
-                Cause::BiosChecked,
-            )
-        }
-        State::VerifyBIOS if !first_applied => return bios_fallback(next, State::PowerOffBIOS, now, cfg),
-        State::VerifyBIOS => {
-            // The estimate the check made is overwritten: a deferred attribute is only
-            // published once its prerequisite is in effect.
-            next.bios.first = false;
-            next.bios.deferred = !deferred_applied;
-            (route_after_first(true, deferred_applied), Cause::BiosChecked)
-        }
-        State::VerifyBIOSDeferred if !deferred_applied => {
-            return bios_fallback(next, State::PowerOffBIOSDeferred, now, cfg);
-        }
-        State::VerifyBIOSDeferred => {
-            next.bios.deferred = false;
-            (State::PowerOffSecureBoot, Cause::BiosChecked)
-        }
-        other => return unexpected(m, other, now),
-    };
-    transition(next, to, cause, now, true)
-}
-
-fn route_after_first(first_applied: bool, deferred_applied: bool) -> State {
-    match (first_applied, deferred_applied) {
-        (false, _) => State::PowerOffBIOS,
-        (true, false) => State::PowerOffBIOSDeferred,
-        (true, true) => State::PowerOffSecureBoot,
-    }
-}
-
 /// Sends a BIOS pass back to its power off (the firmware only picks staged attributes up on a
 /// reset), counted against the budget both passes share.
-fn bios_fallback(mut m: Machine, to: State, now: Time, cfg: &Config) -> Step {
+pub(super) fn bios_fallback(mut m: Machine, to: State, now: Time, cfg: &Config) -> Step {
     m.bios_fallbacks += 1;
     if m.bios_fallbacks > cfg.bios_fallback_attempts {
         return fail(m, Cause::BiosFallbacksExhausted, None, now);

@@ -1,0 +1,166 @@
+//! The deploy pre-flight's reads of the BMC: its client, the virtual media slot, the BIOS and the key
+//! databases. Each refusal names the input to change, so an impossible deployment is rejected before anything is
+//! touched.
+
+use axum::http::StatusCode;
+use racklift_deploy::record::BiosPlan;
+use racklift_redfish::{BmcClient, ErrorClass, KeyDatabaseAccess, MediaSlot};
+use racklift_store::{BiosProfile, Server};
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// The pre-flight's BMC client, read-only under the API's BMC read timeout.
+pub(crate) async fn preflight_client(state: &AppState, server: &Server) -> Result<BmcClient, ApiError> {
+    use racklift_bmc_access::{AccessError, client_for};
+    client_for(server, state.config.bmc_read_timeout, &state.config.bmc_access)
+        .await
+        .map_err(|e| match e {
+            AccessError::NotConfigured { .. } => {
+                ApiError::unprocessable("bmc_not_configured", "bmc_address", e.to_string())
+            }
+            AccessError::BadPin { .. } => {
+                ApiError::unprocessable("bmc_cert_pin_invalid", "bmc_cert_pin", e.to_string())
+            }
+            // The answer does not name the host's paths; the log has the whole reason.
+            AccessError::Password { ref source, .. } => {
+                tracing::warn!(server = %server.name, error = ?source,
+                    "deploy pre-flight: the BMC password reference does not resolve");
+                crate::servers::password_ref_error(source)
+            }
+            AccessError::PlainHttp { .. } => {
+                ApiError::unprocessable("plain_http_bmc", "bmc_address", e.to_string())
+            }
+            AccessError::Client { .. } => {
+                ApiError::unprocessable("bmc_client", "bmc_address", format!("{e:#}"))
+            }
+        })
+}
+
+/// A BMC error of a pre-flight read that is not about the resource read: bad credentials, or no answer.
+pub(crate) fn bmc_read_error(e: racklift_redfish::Error) -> ApiError {
+    match e.class() {
+        ErrorClass::Auth => ApiError::unprocessable("bmc_auth_failed", "bmc_username", e.to_string()),
+        _ => ApiError::new(StatusCode::BAD_GATEWAY, "bmc_unreachable", e.to_string()).field("bmc_address"),
+    }
+}
+
+/// A BMC without a Bios resource can take a deployment only when no BIOS profile sets an attribute for the
+/// server: refused here, rather than failing at the BIOS check minutes later. With nothing to set, the BIOS is not
+/// read at all here (the deployment passes it by and records why).
+pub(crate) async fn check_bios(
+    client: &BmcClient,
+    plan: &BiosPlan,
+    profiles: &[BiosProfile],
+) -> Result<(), ApiError> {
+    let wanted = plan.attributes.len() + plan.deferred_attributes.len();
+    if wanted == 0 {
+        return Ok(());
+    }
+    match client.read_bios().await {
+        Ok(_) => Ok(()),
+        Err(e) if e.class() == ErrorClass::Unsupported => {
+            let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+            Err(ApiError::unprocessable(
+                "bios_absent",
+                "name",
+                format!(
+                    "the BMC has no Bios resource, and the BIOS profiles {} set {wanted} attribute(s) for this \
+                     server; change the profiles' match rules or remove their attributes",
+                    names.join(", ")
+                ),
+            ))
+        }
+        Err(e) => Err(bmc_read_error(e)),
+    }
+}
+
+/// The key databases the secure boot state rewrites must be exposed, and PK, KEK and db writable (a
+/// `Certificates` collection to enrol into), or the deployment would fail minutes later, after the BIOS passes.
+/// HPE iLO and Lenovo XCC expose none: their operators enrol the certificates beforehand and deploy with
+/// `skip_secure_boot_certificates`.
+pub(crate) async fn check_key_databases(client: &BmcClient) -> Result<(), ApiError> {
+    const NEEDED: [(&str, bool); 4] = [("PK", true), ("KEK", true), ("db", true), ("dbx", false)];
+    let refuse = |why: String| {
+        ApiError::unprocessable(
+            "secure_boot_keys_not_writable",
+            "skip_secure_boot_certificates",
+            format!(
+                "{why}, so the IncusOS secure boot certificates cannot be enrolled through Redfish; enrol them \
+                 beforehand and set skip_secure_boot_certificates"
+            ),
+        )
+    };
+    let listed = match client.key_database_access().await {
+        Ok(KeyDatabaseAccess::Listed(listed)) => listed,
+        Ok(KeyDatabaseAccess::NoDatabasesLink) => {
+            return Err(refuse(
+                "the BMC does not expose the UEFI key databases (its SecureBoot resource has no \
+                 SecureBootDatabases link)"
+                    .into(),
+            ));
+        }
+        Err(e) if e.class() == ErrorClass::Unsupported => {
+            return Err(refuse(format!("the BMC does not expose secure boot ({e})")));
+        }
+        Err(e) => return Err(bmc_read_error(e)),
+    };
+    let mut missing = Vec::new();
+    for (name, enrolled_into) in NEEDED {
+        match listed.iter().find(|d| d.database_id == name) {
+            None => missing.push(format!("no key database {name}")),
+            Some(d) if enrolled_into && !d.certificates => {
+                missing.push(format!("no Certificates collection on key database {name}"))
+            }
+            Some(_) => {}
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(refuse(format!("the BMC has {}", missing.join(", "))))
+    }
+}
+
+/// Reads the BMC's virtual media: the named device, else the first CD/DVD slot (system before manager), else
+/// any slot. Only a BMC with no virtual media at all is rejected.
+pub(crate) async fn select_slot(client: &BmcClient, device: Option<&str>) -> Result<MediaSlot, ApiError> {
+    let no_media = || {
+        ApiError::unprocessable(
+            "no_virtual_media",
+            "media_device",
+            "the BMC reports no virtual media device",
+        )
+    };
+    let bmc_error = |e: racklift_redfish::Error| match e.class() {
+        ErrorClass::Unsupported => no_media(),
+        _ => bmc_read_error(e),
+    };
+    if let Some(device) = device {
+        let slots = client.list_virtual_media().await.map_err(bmc_error)?;
+        if slots.is_empty() {
+            return Err(no_media());
+        }
+        return slots
+            .into_iter()
+            .find(|s| s.slot.id == device || s.slot.to_string() == device)
+            .ok_or_else(|| {
+                ApiError::unprocessable(
+                    "media_device_not_found",
+                    "media_device",
+                    format!("the BMC has no virtual media device {device:?}"),
+                )
+            });
+    }
+    match client.select_cd_slot().await {
+        Ok(slot) => Ok(slot),
+        Err(e) if e.class() == ErrorClass::Unsupported => client
+            .list_virtual_media()
+            .await
+            .map_err(bmc_error)?
+            .into_iter()
+            .next()
+            .ok_or_else(no_media),
+        Err(e) => Err(bmc_error(e)),
+    }
+}
