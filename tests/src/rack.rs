@@ -374,6 +374,20 @@ impl Rack {
         failed
     }
 
+    /// As [`Rack::wait_finished`], and fails unless the deployment completed, with its failure and the server's
+    /// event log.
+    pub async fn wait_completed(&self, name: &str, limit: Duration) -> DeploymentRecord {
+        let d = self.wait_finished(name, limit).await;
+        assert_eq!(
+            d.deployment.machine.state,
+            racklift_deploy::State::Completed,
+            "{name}: {:?}\n{}",
+            d.deployment.machine.failure,
+            self.event_log(name).await
+        );
+        d
+    }
+
     /// Waits until the server's newest deployment has finished and returns it; on timeout, fails with the
     /// deployment's state and the server's event log, which is what a human would look at first.
     pub async fn wait_finished(&self, name: &str, limit: Duration) -> DeploymentRecord {
