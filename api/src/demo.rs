@@ -97,6 +97,7 @@ pub async fn seed_catalog(
                 // A plain-http simulated rack is on loopback (tests, benchmarks); `racklift up` serves https.
                 allow_plain_http: s.bmc_url.starts_with("http://"),
                 vendor_hint: Some(s.vendor.clone()),
+                system_id: None,
             })
             .await;
         match created {

@@ -24,7 +24,9 @@ use crate::AppState;
 use crate::auth::{Caller, Operator};
 use crate::error::{ActionBody, ApiError, ErrorBody};
 use crate::openapi::OperatorErrors;
-use crate::preflight::{bmc_read_error, check_bios, check_key_databases, preflight_client, select_slot};
+use crate::preflight::{
+    bmc_read_error, check_bios, check_key_databases, check_system, preflight_client, select_slot,
+};
 use crate::validate;
 use crate::views::DeploymentView;
 
@@ -258,6 +260,7 @@ async fn deploy(
     let (bios, secure_boot) = resolve_profiles(&profiles);
     // Last: the only checks that talk to the BMC, so cheap rejections come first.
     let client = preflight_client(state, &server).await?;
+    check_system(&client, &server).await?;
     let slot = select_slot(&client, req.media_device.as_deref()).await?;
     // Without a hostname in the seed, IncusOS registers under the system's SMBIOS UUID, which the BMC reports.
     let system_uuid = client

@@ -45,6 +45,45 @@ pub(crate) fn bmc_read_error(e: racklift_redfish::Error) -> ApiError {
     }
 }
 
+/// Which of the BMC's ComputerSystems the deployment would power and boot, decided before anything else is read:
+/// every later read and action goes to that System. Several that could be the host (a baseboard System beside
+/// the server) and no `system_id`, or a `system_id` the BMC does not list, is refused naming `system_id` and the
+/// Ids to choose from; a DPU beside a single host needs nothing.
+pub(crate) async fn check_system(client: &BmcClient, server: &Server) -> Result<(), ApiError> {
+    let quoted = |ids: &[String]| {
+        ids.iter()
+            .map(|id| format!("{id:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match client.system_uri().await {
+        Ok(_) => Ok(()),
+        Err(racklift_redfish::Error::AmbiguousSystem { candidates }) => Err(ApiError::unprocessable(
+            "system_ambiguous",
+            "system_id",
+            format!(
+                "the BMC lists several ComputerSystems that could be this server: {}; set the server's system_id \
+                 to one of them",
+                quoted(&candidates)
+            ),
+        )),
+        Err(racklift_redfish::Error::SystemNotFound { id, available }) => Err(ApiError::unprocessable(
+            "system_not_found",
+            "system_id",
+            format!(
+                "the BMC has no ComputerSystem {id:?} (the server's system_id); it lists {}",
+                quoted(&available)
+            ),
+        )),
+        // No Systems to choose from: the reads that need one answer for it, as they do on any BMC.
+        Err(e) if e.class() == ErrorClass::Unsupported => {
+            tracing::debug!(server = %server.name, error = %e, "deploy pre-flight: no ComputerSystem resolved");
+            Ok(())
+        }
+        Err(e) => Err(bmc_read_error(e)),
+    }
+}
+
 /// A BMC without a Bios resource can take a deployment only when no BIOS profile sets an attribute for the
 /// server: refused here, rather than failing at the BIOS check minutes later. With nothing to set, the BIOS is not
 /// read at all here (the deployment passes it by and records why).

@@ -40,6 +40,29 @@ async fn check_bmc_fields(
     Ok(())
 }
 
+/// A Redfish System `Id` as racklift stores it: 1 to 64 of `A-Z a-z 0-9 . _ ~ -` (the characters a URI segment
+/// carries unescaped, which covers `1`, `System.Embedded.1`, `System_0`, `437XR1138R2`), or empty for none.
+fn check_system_id(value: Option<&str>) -> Result<(), ApiError> {
+    let Some(id) = value.filter(|id| !id.is_empty()) else {
+        return Ok(());
+    };
+    let ok = id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "system_id",
+            format!(
+                "{id:?} is not a Redfish System Id: 1 to 64 letters, digits, '.', '_', '~' or '-', the last segment \
+                 of the System's URI (such as System.Embedded.1)"
+            ),
+        ))
+    }
+}
+
 /// A password reference refused or unreadable, as answered: 422 naming `bmc_password_ref`. Refusals by form say
 /// what the rule is; failures to read say what is wrong without naming the host's paths (the secrets directory
 /// included), which the log has.
@@ -116,6 +139,7 @@ pub async fn create(
     Body(new): Body<NewServer>,
 ) -> Result<impl IntoResponse, ApiError> {
     validate::name("name", &new.name)?;
+    check_system_id(new.system_id.as_deref())?;
     check_bmc_fields(
         &state,
         Some(&new.bmc_address),
@@ -191,6 +215,7 @@ pub async fn update(
     Path(name): Path<String>,
     Body(u): Body<ServerUpdate>,
 ) -> Result<Json<ServerView>, ApiError> {
+    check_system_id(u.system_id.as_deref())?;
     check_bmc_fields(
         &state,
         u.bmc_address.as_deref(),

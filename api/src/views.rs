@@ -21,6 +21,9 @@ pub struct ServerView {
     pub bmc_insecure: bool,
     pub allow_plain_http: bool,
     pub vendor_hint: Option<String>,
+    /// The `Id` of the Redfish ComputerSystem that is this server; null when racklift chooses it.
+    #[schema(example = "System.Embedded.1")]
+    pub system_id: Option<String>,
     /// `set` when the server has a password reference; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, example = "set")]
@@ -43,6 +46,7 @@ impl ServerView {
             bmc_insecure: s.bmc_insecure,
             allow_plain_http: s.allow_plain_http,
             vendor_hint: s.vendor_hint.clone(),
+            system_id: s.system_id.clone(),
             bmc_password_ref: s.bmc_password_ref.as_ref().map(|_| "set"),
             status: status_name(s.status),
             status_detail: s.status_detail.clone(),

@@ -122,6 +122,7 @@ async fn references_outside_the_rules_never_reach_a_bmc() {
                     bmc_insecure: false,
                     allow_plain_http: true,
                     vendor_hint: None,
+                    system_id: None,
                 })
                 .await
                 .expect("store the row directly");

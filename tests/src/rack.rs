@@ -9,7 +9,7 @@ use racklift_api::demo::{self, DemoCatalog, RackServer};
 use racklift_api::{ApiConfig, AppState};
 use racklift_bmc_access::secrets::DEFAULT_ENV_PREFIX;
 use racklift_bmc_access::{AccessPolicy, ClientCache};
-use racklift_bmc_sim::{Faults, PersonalityChoice, Sim, SimConfig, SimHandle};
+use racklift_bmc_sim::{Faults, Personality, PersonalityChoice, Sim, SimConfig, SimHandle};
 use racklift_deploy::{Config, Transition};
 use racklift_queue::{Queue, QueueConfig, WorkerConfig, WorkerPool};
 use racklift_store::{DeploymentRecord, Store};
@@ -123,6 +123,14 @@ impl Rack {
             config,
         )
         .await
+    }
+
+    /// A racklift with no simulated server, running `config`: the caller registers its own BMCs through the API
+    /// (a third-party emulator's), with the rack's `file:bmc-password` or a password file of its own in
+    /// [`Rack::secrets_dir`]. The helpers that look a server up in the simulator do not apply to them.
+    pub async fn start_empty(config: Config) -> Rack {
+        let sim = SimConfig::for_deployments(0, PersonalityChoice::Single(Personality::Generic), 1.0);
+        Rack::launch(sim, true, config).await
     }
 
     /// As [`Rack::start_with_config`], with the simulator's own settings (its machines' timings, say).

@@ -35,6 +35,7 @@ async fn add_server(store: &Store, queue: &Queue, name: &str, bmc: &str, referen
             // Plain http so that a password sent would be readable in the recorded bytes.
             allow_plain_http: true,
             vendor_hint: None,
+            system_id: None,
         })
         .await
         .expect("a row the API would refuse today");

@@ -19,6 +19,8 @@ struct AccessKey {
     insecure: bool,
     /// The client's metrics carry the vendor hint, so a corrected hint takes a new client too.
     vendor: Option<String>,
+    /// The client caches the System it resolved, so naming another one takes a new client.
+    system_id: Option<String>,
 }
 
 impl AccessKey {
@@ -30,6 +32,7 @@ impl AccessKey {
             pin: server.bmc_cert_pin.clone(),
             insecure: server.bmc_insecure,
             vendor: server.vendor_hint.clone(),
+            system_id: server.system_id.clone(),
         }
     }
 }

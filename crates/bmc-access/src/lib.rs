@@ -226,6 +226,7 @@ fn build(
     );
     config.call_deadline = call_deadline;
     config.vendor = server.vendor_hint.clone();
+    config.system_path = server.system_id.clone();
     BmcClient::new(config).map_err(|source| AccessError::Client {
         server: server.name.clone(),
         source: Box::new(source),
@@ -247,6 +248,7 @@ mod tests {
             bmc_insecure: false,
             allow_plain_http,
             vendor_hint: None,
+            system_id: None,
             status: racklift_store::ServerStatus::Unregistered,
             status_detail: String::new(),
             fence: 0,

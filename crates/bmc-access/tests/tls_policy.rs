@@ -7,26 +7,12 @@ use std::time::Duration;
 use racklift_bmc_access::secrets::DEFAULT_ENV_PREFIX;
 use racklift_bmc_access::{AccessPolicy, client_for};
 use racklift_bmc_sim::{Personality, PersonalityChoice, Sim, SimConfig};
-use racklift_store::{Server, ServerStatus};
+use racklift_store::Server;
+
+mod common;
 
 fn server(address: String, username: &str) -> Server {
-    let now = chrono::Utc::now();
-    Server {
-        name: "tls1".into(),
-        bmc_address: address,
-        bmc_username: username.into(),
-        bmc_password_ref: Some("file:bmc-password".into()),
-        bmc_cert_pin: None,
-        bmc_insecure: false,
-        allow_plain_http: false,
-        vendor_hint: None,
-        status: ServerStatus::Unregistered,
-        status_detail: String::new(),
-        fence: 0,
-        registered_at: None,
-        created_at: now,
-        updated_at: now,
-    }
+    common::server("tls1", address, username)
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use crate::accounts::Accounts;
 use crate::audit::Audit;
 use crate::clock::Clock;
 use crate::config::Timings;
@@ -110,6 +111,8 @@ pub struct Sessions {
     /// id → token
     pub by_id: BTreeMap<u64, String>,
     pub by_token: HashMap<String, u64>,
+    /// id → the account that logged in.
+    pub owner: HashMap<u64, u32>,
 }
 
 /// One simulated server's BMC.
@@ -125,6 +128,12 @@ pub struct Bmc {
     pub faults: Mutex<Faults>,
     pub tasks: Mutex<Tasks>,
     pub sessions: Mutex<Sessions>,
+    pub accounts: Mutex<Accounts>,
+    /// Held from an `If-Match` check to the end of the write it guards, so of two writes carrying the same
+    /// ETag exactly one applies (the other then sees a new tag and answers 412).
+    pub conditional: tokio::sync::Mutex<()>,
+    /// Mixed into every tag the representation decides; moved on by another client's (simulated) write.
+    pub etag_epoch: std::sync::atomic::AtomicU64,
     pub audit: Audit,
     /// The Incus API's audit: requests in flight, fencing of its mutations.
     pub incus_audit: Audit,
@@ -146,6 +155,7 @@ impl Bmc {
         shared: Arc<Shared>,
     ) -> Bmc {
         let machine = Machine::new(&profile);
+        let accounts = Accounts::new(&shared.username, &shared.password);
         Bmc {
             index,
             serial: format!("SIM{index:07}"),
@@ -158,6 +168,9 @@ impl Bmc {
             faults: Mutex::new(Faults::default()),
             tasks: Mutex::new(Tasks::default()),
             sessions: Mutex::new(Sessions::default()),
+            accounts: Mutex::new(accounts),
+            conditional: tokio::sync::Mutex::new(()),
+            etag_epoch: std::sync::atomic::AtomicU64::new(0),
             audit: Audit::default(),
             incus_audit: Audit::default(),
             incus_port: Mutex::new(None),
@@ -178,6 +191,10 @@ impl Bmc {
 
     pub fn sessions(&self) -> MutexGuard<'_, Sessions> {
         lock(&self.sessions)
+    }
+
+    pub fn accounts(&self) -> MutexGuard<'_, Accounts> {
+        lock(&self.accounts)
     }
 
     pub fn incus_port(&self) -> MutexGuard<'_, Option<u16>> {

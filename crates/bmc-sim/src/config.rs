@@ -13,17 +13,17 @@ use serde::{Deserialize, Serialize};
 pub enum Personality {
     /// DMTF `public-rackmount1`-like: everything standard and present.
     Generic,
-    /// iDRAC9-like: media on the System and the Manager, `TransferMethod: Upload` (whole image
-    /// cached at insert), BIOS jobs as task monitors, no `BootProgress`.
+    /// iDRAC9-like: media on the System and the Manager, the whole image copied at insert while
+    /// `TransferMethod` reads null, BIOS jobs as task monitors, no `BootProgress`.
     Dell,
-    /// iLO5-like: media under the Manager only (plus OEM actions), lower-case BIOS link,
-    /// boot-override changes refused during POST, no `LastResetTime`, no key databases.
+    /// iLO5-like: media under the Manager only (plus OEM actions), `Image: ""` when empty, no listed
+    /// override targets, boot-override changes refused during POST, no `LastResetTime`, no key databases.
     Hpe,
-    /// XCC-like: ten PATCH-only media slots, override `Once`/`Disabled` only, media streamed
-    /// through the whole install.
+    /// XCC-like: ten PATCH-only media slots listed under the System and the Manager, override
+    /// `Once`/`Disabled` only, media streamed through the whole install.
     Lenovo,
-    /// Supermicro-like: reset types only via ActionInfo, no `BootProgress`, no eject action
-    /// while the slot is empty, System media link into the Manager.
+    /// Supermicro-like: reset types only via ActionInfo (`PowerCycle`, no `PushPowerButton`), no
+    /// `BootProgress`, three slots without an eject action while empty, System media link into the Manager.
     Supermicro,
 }
 

@@ -41,6 +41,10 @@ pub struct Faults {
     pub forget_task_monitors: bool,
     /// InsertMedia fails with this iDRAC message (`SYS446` or `RAC0904`).
     pub insert_error: Option<String>,
+    /// Inserts (InsertMedia, the OEM action or a PATCH) are answered 204 and dropped: the slot keeps reading
+    /// `Inserted: false` and no `Image`, as a PowerEdge R670's iDRAC does in dell/terraform-provider-redfish#331
+    /// (InsertMedia answered 204 No Content, the CD slot read back empty).
+    pub drop_insert: bool,
     /// Staged BIOS values are dropped at the reset instead of applied.
     pub drop_bios_apply: bool,
     /// Stage 1 ends without the reboot (and without waiting for an eject).
@@ -56,12 +60,21 @@ pub struct Faults {
     pub no_bios: bool,
     /// Hide `LastResetTime`.
     pub no_last_reset_time: bool,
+    /// More members of `Systems` after the server's own, as on BMCs that list a DPU (`SystemType: DPU`) or a
+    /// baseboard System beside the host (NVIDIA GH200/GB200 boards, DPU-carrying servers). They answer GET only.
+    pub extra_systems: Vec<ExtraSystem>,
     /// Boot-override changes answer 400 while the machine is in POST.
     pub refuse_override_during_post: bool,
     /// Session creation answers 503 RAC0218 once this many sessions are open.
     pub session_limit: Option<u32>,
     /// Mutations carrying `If-Match` (other than `*`) answer 412: the BMC rejects its own ETags.
     pub reject_if_match: bool,
+    /// Reads carry their ETag only as the body's `@odata.etag`, not in the `ETag` header (the Redfish
+    /// specification requires the header only on ManagerAccount reads).
+    pub etag_header_absent: bool,
+    /// The next N writes carrying `If-Match` race another client's write: every tag of the BMC moves on between
+    /// the read the tag came from and the write, so the write answers 412 and a fresh read shows a new tag.
+    pub foreign_writes: u32,
     // --- Incus API, request level (after the TLS handshake, before authorization) ---
     /// The Incus API accepts the request and never answers.
     pub incus_hang: bool,
@@ -84,6 +97,16 @@ pub struct Faults {
     /// The member's network is gone while the machine runs: every member reports it `Offline` and its own Incus
     /// port closes connections at once.
     pub member_offline: bool,
+}
+
+/// A ComputerSystem of [`Faults::extra_systems`], served at `/redfish/v1/Systems/<id>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtraSystem {
+    /// Its `Id` and last URI segment, such as `Bluefield_0` or `HGX_Baseboard_0`.
+    pub id: String,
+    /// Its `SystemType`: `DPU`, `Physical`, `Virtual`, `OS`…
+    pub system_type: String,
 }
 
 /// What an Incus request-level fault does to one request.

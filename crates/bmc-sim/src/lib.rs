@@ -19,7 +19,9 @@
 //! # Ok(()) }
 //! ```
 
+mod accounts;
 mod audit;
+mod bios_registry;
 mod bmc;
 mod clock;
 mod cluster;
@@ -27,6 +29,7 @@ mod cluster_audit;
 mod config;
 mod control;
 mod driver;
+mod etag;
 mod faults;
 mod incus;
 mod incus_listener;
@@ -57,7 +60,7 @@ pub use audit::{AuditReport, FENCE_HEADER, MUTATION_LOG_CAP, Mutation, StaleMuta
 pub use cluster::ClusterError;
 pub use cluster_audit::{ClusterAuditReport, IncusStaleMutation, MemberCounts};
 pub use config::{Personality, PersonalityChoice, SimConfig, Timings, UnknownPersonality};
-pub use faults::Faults;
+pub use faults::{ExtraSystem, Faults};
 pub use routes::metadata_document;
 pub use secure_boot::{MICROSOFT_KEK_CA_2011, MICROSOFT_UEFI_CA_2011, MICROSOFT_WINDOWS_PCA_2011};
 

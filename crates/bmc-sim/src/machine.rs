@@ -296,6 +296,10 @@ pub struct Counters {
     pub installer_runs: u64,
     pub registration_attempts: u64,
     pub bios_applies: u64,
+    /// Writes whose `If-Match` named the resource's current tag.
+    pub conditional_writes: u64,
+    /// Writes refused with 412 because their `If-Match` tag was not the current one.
+    pub precondition_failures: u64,
 }
 
 /// BIOS attributes: current, pending (SettingsObject) and the last apply's messages.
@@ -314,20 +318,10 @@ pub struct Bios {
 pub const DEFERRED: &[(&str, &str, &str)] = &[("SriovGlobalEnable", "IommuSupport", "Enabled")];
 
 impl Bios {
-    fn new() -> Bios {
-        let current = [
-            ("BootMode", "Uefi"),
-            ("ProcTurboMode", "Enabled"),
-            ("ProcVirtualization", "Enabled"),
-            ("IommuSupport", "Disabled"),
-            ("SriovGlobalEnable", "Disabled"),
-            ("SecureBoot", "Disabled"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), json!(v)))
-        .collect();
+    /// The factory values of the profile's attribute registry.
+    fn new(profile: &Profile) -> Bios {
         Bios {
-            current,
+            current: profile.bios_registry.defaults(),
             pending: BTreeMap::new(),
             messages: Vec::new(),
             settings_time: None,
@@ -419,9 +413,9 @@ impl Machine {
                 target: "None".to_owned(),
                 mode: "UEFI".to_owned(),
             },
-            bios: Bios::new(),
+            bios: Bios::new(profile),
             secure_boot: SecureBoot::new(profile.secure_boot_initial_mode, profile.platform_key),
-            media: vec![MediaSlot::default(); profile.slots.len()],
+            media: vec![MediaSlot::default(); profile.media_states()],
             phase: OsPhase::Down,
             os: OsState {
                 installed: false,

@@ -2,6 +2,7 @@
 //! by every BMC of that personality. Routes and resource bodies read these flags instead of
 //! matching on the personality, so each quirk is written down in exactly one place.
 
+use crate::bios_registry::AttributeRegistry;
 use crate::config::Personality;
 
 /// Where a virtual-media slot lives.
@@ -24,11 +25,14 @@ pub enum MediaRead {
     Upload,
 }
 
-/// One virtual-media slot of a profile.
+/// One virtual-media slot of a profile: one URI. Two specs with the same `state` are one device published twice
+/// (XCC lists each slot under the System and the Manager).
 #[derive(Clone, Debug)]
 pub struct SlotSpec {
     pub id: &'static str,
     pub location: SlotLocation,
+    /// Index of the device's state in `Machine::media`.
+    pub state: usize,
     pub media_types: &'static [&'static str],
     /// Resource path (without the per-BMC prefix).
     pub path: String,
@@ -54,6 +58,12 @@ pub struct Profile {
     pub bios_path: String,
     pub bios_settings_path: String,
     pub bios_apply_times: &'static [&'static str],
+    /// The attribute registry the Bios resource names, and what a settings PATCH is checked against.
+    pub bios_registry: AttributeRegistry,
+    /// MessageId of the refusal of an unknown attribute (iLO: its own `PropertyNotWritableOrUnknown`).
+    pub bios_unknown_message: &'static str,
+    /// MessageId of the refusal of a read-only attribute.
+    pub bios_read_only_message: &'static str,
     /// BIOS PATCH answers 202 + task monitor (completed when the values are applied).
     pub bios_task: bool,
     pub reset_types: &'static [&'static str],
@@ -63,6 +73,8 @@ pub struct Profile {
     pub reset_action_info: bool,
     pub override_enabled: &'static [&'static str],
     pub override_targets: &'static [&'static str],
+    /// `BootSourceOverrideTarget@Redfish.AllowableValues` is published (iLO 5 checks the targets but lists none).
+    pub override_targets_listed: bool,
     pub override_refused_during_post: bool,
     pub boot_progress: bool,
     pub last_reset_time: bool,
@@ -83,6 +95,10 @@ pub struct Profile {
     /// Manager `VirtualMedia` collection, if the manager has slots.
     pub manager_media_link: Option<String>,
     pub media_read: MediaRead,
+    /// `TransferMethod` is reported (iDRAC 9 reports null whatever it does).
+    pub transfer_method_reported: bool,
+    /// An empty slot reports `Image: ""` rather than null (iLO 5).
+    pub empty_image_is_blank: bool,
     /// After an eject the slot keeps reporting `Inserted` for a while (iDRAC).
     pub stale_inserted_after_eject: bool,
     /// No EjectMedia action while the slot is empty (Supermicro).
@@ -122,6 +138,17 @@ const TARGETS: &[&str] = &[
     "UefiShell",
     "UefiHttp",
 ];
+/// X12/X13 Redfish: a power cycle, no power-button press.
+const SUPERMICRO_RESET: &[&str] = &[
+    "On",
+    "ForceOff",
+    "GracefulShutdown",
+    "GracefulRestart",
+    "ForceRestart",
+    "Nmi",
+    "ForceOn",
+    "PowerCycle",
+];
 const DMTF_RESET_KEYS: &[&str] = &["ResetAllKeysToDefault", "DeleteAllKeys", "DeletePK"];
 const DELL_RESET_KEYS: &[&str] = &[
     "ResetAllKeysToDefault",
@@ -134,7 +161,10 @@ const DELL_RESET_KEYS: &[&str] = &[
 ];
 const CD_DVD: &[&str] = &["CD", "DVD"];
 const USB: &[&str] = &["USBStick"];
+const CD_DVD_USB: &[&str] = &["CD", "DVD", "USBStick"];
+const XCC_MEDIA: &[&str] = &["CD", "DVD", "Floppy", "USBStick"];
 
+/// A slot with a state of its own; `Profile::new` numbers the states in order.
 fn slot(
     location: SlotLocation,
     base: &str,
@@ -144,6 +174,7 @@ fn slot(
     SlotSpec {
         id,
         location,
+        state: usize::MAX,
         media_types,
         path: format!("{base}/VirtualMedia/{id}"),
         actions: true,
@@ -171,12 +202,16 @@ impl Profile {
             bios_path: format!("{system_path}/Bios"),
             bios_settings_path: format!("{system_path}/Bios/Settings"),
             bios_apply_times: &[],
+            bios_registry: AttributeRegistry::new(personality),
+            bios_unknown_message: "Base.1.8.PropertyUnknown",
+            bios_read_only_message: "Base.1.8.PropertyNotWritable",
             bios_task: false,
             reset_types: DMTF_RESET,
             reset_inline: true,
             reset_action_info: false,
             override_enabled: ALL_ENABLED,
             override_targets: TARGETS,
+            override_targets_listed: true,
             override_refused_during_post: false,
             boot_progress: true,
             last_reset_time: true,
@@ -191,6 +226,8 @@ impl Profile {
             system_media_link: None,
             manager_media_link: None,
             media_read: MediaRead::StreamFront,
+            transfer_method_reported: true,
+            empty_image_is_blank: false,
             stale_inserted_after_eject: false,
             eject_hidden_when_empty: false,
             manufacturer: "Contoso",
@@ -225,21 +262,27 @@ impl Profile {
                 p.reset_keys_types = DELL_RESET_KEYS;
                 p.slots = vec![
                     slot(SlotLocation::System, &sys, "1", CD_DVD),
-                    slot(SlotLocation::System, &sys, "2", USB),
+                    slot(SlotLocation::System, &sys, "2", CD_DVD_USB),
                     slot(SlotLocation::Manager, &mgr, "CD", CD_DVD),
                     slot(SlotLocation::Manager, &mgr, "RemovableDisk", USB),
                 ];
                 p.system_media_link = Some(format!("{sys}/VirtualMedia"));
                 p.manager_media_link = Some(format!("{mgr}/VirtualMedia"));
+                // The image is copied at insert, yet `TransferMethod` reads null.
                 p.media_read = MediaRead::Upload;
+                p.transfer_method_reported = false;
                 p.stale_inserted_after_eject = true;
             }
             Personality::Hpe => {
                 p.platform_key = include_str!("../certs/vendor-pk-hpe.pem");
                 p.manufacturer = "HPE";
                 p.model = "ProLiant DL385 Gen10 Plus v2";
-                p.bios_path = "/redfish/v1/systems/1/bios".to_owned();
-                p.bios_settings_path = "/redfish/v1/systems/1/bios/settings/".to_owned();
+                // iLO answers `/redfish/v1/systems/1/bios/settings/` as well (its URIs are case-insensitive); the
+                // schema's URI templates are not, so the simulator publishes the cased form only.
+                p.bios_unknown_message = "iLO.2.14.PropertyNotWritableOrUnknown";
+                p.bios_read_only_message = "iLO.2.14.PropertyNotWritableOrUnknown";
+                p.override_targets_listed = false;
+                p.empty_image_is_blank = true;
                 p.override_refused_during_post = true;
                 p.last_reset_time = false;
                 p.secure_boot_databases = false;
@@ -272,14 +315,20 @@ impl Profile {
                     "EXT1", "EXT2", "EXT3", "EXT4", "Remote1", "Remote2", "Remote3", "Remote4", "RDOC1",
                     "RDOC2",
                 ];
-                p.slots = IDS
-                    .iter()
-                    .map(|id| SlotSpec {
-                        actions: false,
-                        patchable: true,
-                        ..slot(SlotLocation::Manager, &mgr, id, CD_DVD)
+                // Each slot is listed under the System and the Manager: one device, two URIs, the System's
+                // first (where the System's `VirtualMedia` link leads).
+                p.slots = [(SlotLocation::System, &sys), (SlotLocation::Manager, &mgr)]
+                    .into_iter()
+                    .flat_map(|(location, base)| {
+                        IDS.iter().enumerate().map(move |(state, id)| SlotSpec {
+                            state,
+                            actions: false,
+                            patchable: true,
+                            ..slot(location, base, id, XCC_MEDIA)
+                        })
                     })
                     .collect();
+                p.system_media_link = Some(format!("{sys}/VirtualMedia"));
                 p.manager_media_link = Some(format!("{mgr}/VirtualMedia"));
                 p.media_read = MediaRead::StreamSpread;
             }
@@ -288,20 +337,48 @@ impl Profile {
                 p.manufacturer = "Supermicro";
                 p.model = "SYS-821GE-TNHR";
                 p.bios_settings_path = format!("{sys}/Bios/SD");
+                p.reset_types = SUPERMICRO_RESET;
                 p.reset_inline = false;
                 p.reset_action_info = true;
                 p.boot_progress = false;
                 p.secure_boot_initial_mode = "SetupMode";
-                p.slots = vec![SlotSpec {
+                let with_info = |id, media_types| SlotSpec {
                     insert_action_info: true,
-                    ..slot(SlotLocation::Manager, &mgr, "CD1", CD_DVD)
-                }];
+                    ..slot(SlotLocation::Manager, &mgr, id, media_types)
+                };
+                p.slots = vec![
+                    with_info("CD1", CD_DVD),
+                    with_info("Floppy1", &["Floppy"]),
+                    with_info("USBStick1", USB),
+                ];
                 p.system_media_link = Some(format!("{mgr}/VirtualMedia"));
                 p.manager_media_link = Some(format!("{mgr}/VirtualMedia"));
                 p.eject_hidden_when_empty = true;
             }
         }
+        let mut next = 0;
+        for s in &mut p.slots {
+            if s.state == usize::MAX {
+                s.state = next;
+            }
+            next = next.max(s.state + 1);
+        }
         p
+    }
+
+    /// How many media devices the machine has (slots published twice count once).
+    pub fn media_states(&self) -> usize {
+        self.slots.iter().map(|s| s.state + 1).max().unwrap_or(0)
+    }
+
+    /// The `MessageRegistryFile` of the BIOS attribute registry.
+    pub fn registry_file_path(&self) -> String {
+        format!("/redfish/v1/Registries/{}", self.bios_registry.id)
+    }
+
+    /// Where the registry file's `Location` points: the `AttributeRegistry` document itself.
+    pub fn registry_document_path(&self) -> String {
+        format!("{}/{}.json", self.registry_file_path(), self.bios_registry.id)
     }
 
     /// Path of the Reset action's ActionInfo resource.

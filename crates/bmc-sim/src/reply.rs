@@ -23,7 +23,26 @@ pub fn json(status: StatusCode, body: &Value) -> Response {
     );
     h.insert("odata-version", HeaderValue::from_static("4.0"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static(CACHE_CONTROL));
+    if let Some(link) = described_by(body).and_then(|l| HeaderValue::from_str(&l).ok()) {
+        h.insert(header::LINK, link);
+    }
     resp
+}
+
+/// The `Link: <schema>; rel=describedby` of a resource (Redfish specification, "Link" response header): the
+/// DMTF-published JSON Schema of its `@odata.type`, versioned as the type is (`ComputerSystem.v1_20_0.json`) or
+/// unversioned for collections (`ComputerSystemCollection.json`).
+fn described_by(body: &Value) -> Option<String> {
+    let odata_type = body.get("@odata.type")?.as_str()?.trim_start_matches('#');
+    let mut parts = odata_type.split('.');
+    let namespace = parts.next()?;
+    let schema = match (parts.next(), parts.next()) {
+        (Some(version), Some(_)) if version.starts_with('v') => format!("{namespace}.{version}"),
+        _ => namespace.to_owned(),
+    };
+    Some(format!(
+        "<https://redfish.dmtf.org/schemas/v1/{schema}.json>; rel=describedby"
+    ))
 }
 
 pub fn ok(body: &Value) -> Response {
@@ -114,6 +133,26 @@ pub fn bad_json() -> Response {
         StatusCode::BAD_REQUEST,
         "MalformedJSON",
         "The request body is not valid JSON.",
+        &[],
+    )
+}
+
+/// 403: authenticated, but the account's role lacks the privilege.
+pub fn forbidden(privilege: &str) -> Response {
+    error(
+        StatusCode::FORBIDDEN,
+        "InsufficientPrivilege",
+        &format!("The operation needs the {privilege} privilege, which the account's role lacks."),
+        &[],
+    )
+}
+
+/// 412: the `If-Match` tag is not the resource's current one; nothing was changed.
+pub fn precondition_failed() -> Response {
+    error(
+        StatusCode::PRECONDITION_FAILED,
+        "PreconditionFailed",
+        "The ETag supplied did not match the ETag required to change this resource.",
         &[],
     )
 }

@@ -11,8 +11,9 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::Body;
-use axum::http::{Method, Request, StatusCode};
+use axum::http::{Method, Request, StatusCode, header};
 use axum::response::Response;
+use base64::Engine as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
@@ -22,12 +23,13 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::accounts::{Principal, Role};
 use crate::audit::{Audit, ConnRequests, FENCE_HEADER};
 use crate::bmc::{Bmc, Shared};
 use crate::cluster::Cluster;
 use crate::faults::RequestFault;
 use crate::routes::{self, Ctx};
-use crate::{control, reply};
+use crate::{control, etag, reply};
 
 /// Largest request body accepted.
 const BODY_LIMIT: usize = 4 << 20;
@@ -152,18 +154,47 @@ async fn handle(
     reply::not_found()
 }
 
-fn authorized(bmc: &Bmc, req: &Request<Incoming>) -> bool {
+/// Who sent the request: Basic credentials of an account, or a session token. The configured administrator's
+/// exact header is matched first, without decoding, as nearly every request carries it.
+fn principal(bmc: &Bmc, req: &Request<Incoming>) -> Option<Principal> {
     let headers = req.headers();
-    if headers
-        .get("authorization")
-        .is_some_and(|v| v.as_bytes() == bmc.shared.basic_auth.as_bytes())
-    {
-        return true;
+    if let Some(auth) = headers.get("authorization") {
+        if auth.as_bytes() == bmc.shared.basic_auth.as_bytes() {
+            return bmc.accounts().principal(1);
+        }
+        let decoded = auth
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Basic "))
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b.trim()).ok())
+            .and_then(|b| String::from_utf8(b).ok())?;
+        let (user, password) = decoded.split_once(':')?;
+        return bmc.accounts().authenticate(user, password);
     }
-    headers
-        .get("x-auth-token")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| bmc.sessions().by_token.contains_key(t))
+    let token = headers.get("x-auth-token").and_then(|v| v.to_str().ok())?;
+    let account = {
+        let sessions = bmc.sessions();
+        let id = sessions.by_token.get(token)?;
+        *sessions.owner.get(id)?
+    };
+    bmc.accounts().principal(account)
+}
+
+/// 304 for a read whose `If-None-Match` names the tag it would carry: the client's copy is current.
+fn not_modified(if_none_match: Option<&str>, resp: Response) -> Response {
+    let current = resp.headers().get(header::ETAG).and_then(|v| v.to_str().ok());
+    match (if_none_match, current) {
+        (Some(list), Some(tag)) if resp.status() == StatusCode::OK && etag::matches(list, tag) => {
+            let mut answer = reply::status(StatusCode::NOT_MODIFIED);
+            for name in [header::ETAG, header::ALLOW, header::LINK] {
+                if let Some(v) = resp.headers().get(&name) {
+                    answer.headers_mut().insert(name, v.clone());
+                }
+            }
+            answer
+        }
+        _ => resp,
+    }
 }
 
 /// One Redfish request: concurrency audit, faults, auth, fence audit, then routing.
@@ -221,22 +252,34 @@ async fn redfish(
         "/redfish/v1" | "/redfish/v1/$metadata" | "/redfish/v1/odata"
     ) || (method == Method::POST
         && (trimmed == routes::SESSIONS || trimmed == routes::SESSIONS_MEMBERS));
-    if !public && !authorized(bmc, &req) {
-        return reply::unauthorized();
-    }
-    if is_mutation
-        && bmc.faults().reject_if_match
-        && req
-            .headers()
-            .get("if-match")
-            .is_some_and(|v| v.as_bytes() != b"*")
-    {
-        return reply::error(
-            StatusCode::PRECONDITION_FAILED,
-            "PreconditionFailed",
-            "The ETag does not match.",
-            &[],
-        );
+    let principal = match principal(bmc, &req) {
+        Some(p) => p,
+        // What anyone may do: read the service root and log in.
+        None if public => Principal {
+            account: 0,
+            role: Role::ReadOnly,
+        },
+        None => return reply::unauthorized(),
+    };
+    let if_match = req
+        .headers()
+        .get(header::IF_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .filter(|_| {
+            matches!(
+                method,
+                Method::PATCH | Method::PUT | Method::DELETE | Method::POST
+            )
+        })
+        .map(str::to_owned);
+    let if_none_match = req
+        .headers()
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .filter(|_| matches!(method, Method::GET | Method::HEAD))
+        .map(str::to_owned);
+    if is_mutation && bmc.faults().reject_if_match && if_match.as_deref().is_some_and(|v| v != "*") {
+        return reply::precondition_failed();
     }
     if is_mutation {
         let fence = req.headers().get(FENCE_HEADER).and_then(|v| v.to_str().ok());
@@ -250,6 +293,45 @@ async fn redfish(
         prefix,
         method: &method,
         body: &body,
+        principal,
     };
-    routes::dispatch(ctx, rel).await
+    let Some(if_match) = if_match else {
+        // Boxed: the routed future is large, and a test polls the simulator on its own thread's stack.
+        let resp = Box::pin(routes::dispatch(ctx, rel)).await;
+        return not_modified(if_none_match.as_deref(), resp);
+    };
+    // The check and the write it guards are one step: of writers holding the same tag, one applies.
+    let _one_at_a_time = bmc.conditional.lock().await;
+    let raced = {
+        let mut faults = bmc.faults();
+        let raced = faults.foreign_writes > 0;
+        faults.foreign_writes = faults.foreign_writes.saturating_sub(1);
+        raced
+    };
+    if raced {
+        bmc.etag_epoch.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let current = Box::pin(routes::current_etag(
+        Ctx {
+            bmc,
+            prefix,
+            method: &method,
+            body: &body,
+            principal,
+        },
+        rel,
+    ))
+    .await;
+    match current {
+        Some(tag) if etag::matches(&if_match, &tag) => {
+            bmc.machine().counters.conditional_writes += 1;
+            Box::pin(routes::dispatch(ctx, rel)).await
+        }
+        // A resource that cannot be read has no tag to match; its handler answers as it would.
+        None => Box::pin(routes::dispatch(ctx, rel)).await,
+        Some(_) => {
+            bmc.machine().counters.precondition_failures += 1;
+            reply::precondition_failed()
+        }
+    }
 }

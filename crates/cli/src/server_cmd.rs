@@ -112,6 +112,10 @@ struct AddArgs {
     /// Allow an http:// BMC address, whose password would cross the network in clear text.
     #[arg(long)]
     allow_plain_http: bool,
+    /// The Id of the BMC's Redfish System that is this server (1, System.Embedded.1, System_0), for BMCs whose
+    /// /redfish/v1/Systems lists more than one that could be it; a DPU is passed over without it.
+    #[arg(long, value_name = "ID")]
+    system_id: Option<String>,
     /// Print the API's JSON instead of key: value lines.
     #[arg(long)]
     json: bool,
@@ -132,6 +136,8 @@ struct NewServerBody<'a> {
     vendor_hint: Option<&'a str>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     allow_plain_http: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_id: Option<&'a str>,
 }
 
 /// Refuses anything that is not a reference before it leaves this machine: a password typed here by mistake
@@ -314,6 +320,7 @@ async fn add(client: &Client, args: AddArgs) -> anyhow::Result<()> {
         bmc_insecure: args.bmc_insecure,
         vendor_hint: args.vendor_hint.as_deref(),
         allow_plain_http: args.allow_plain_http,
+        system_id: args.system_id.as_deref(),
     };
     let server = client
         .post("/1.0/servers", &serde_json::to_value(&body)?, |r| r)
@@ -333,6 +340,7 @@ async fn add(client: &Client, args: AddArgs) -> anyhow::Result<()> {
             ("bmc insecure", text(&server["bmc_insecure"])),
             ("allow plain http", text(&server["allow_plain_http"])),
             ("vendor hint", text(&server["vendor_hint"])),
+            ("system id", text(&server["system_id"])),
         ])
     );
     Ok(())

@@ -109,7 +109,10 @@ pub(crate) fn media_read_out(plan: &Plan, m: &Machine, facts: &Facts, now: Time,
     let Some(last) = progress.last_read_at else {
         return false;
     };
+    // Reads that all ended before the install began were a copy at insert (iDRAC reports `TransferMethod: null`
+    // yet copies the image when it is inserted): they say nothing about the installer.
     read >= min
+        && last >= m.state_entered_at
         && now - last >= secs(cfg.media_idle_period_secs)
         && now - m.state_entered_at >= secs(cfg.min_install_duration_secs)
 }

@@ -202,6 +202,13 @@ fn media_read_out_and_idle() {
             done: false,
         },
         C {
+            name: "never when every read came before the install (a copy at insert, not reported as Upload)",
+            d: forced(),
+            facts: read(enough, -5, None),
+            at: 520,
+            done: false,
+        },
+        C {
             name: "cannot tell",
             d: forced(),
             facts: read(-1, 400, None),

@@ -41,7 +41,8 @@ pub struct BootSettings {
     /// UEFI or Legacy.
     #[serde(rename = "BootSourceOverrideMode", default)]
     pub mode: Option<BootSourceOverrideMode>,
-    /// Targets the BMC allows, if it says.
+    /// Targets the BMC allows, if it says. iLO 5 does not: the target is then sent as asked, and a refusal is
+    /// the BMC's answer.
     #[serde(rename = "BootSourceOverrideTarget@Redfish.AllowableValues", default)]
     pub allowed_targets: Option<Vec<String>>,
     /// `Enabled` values the BMC allows, if it says (Lenovo XCC: Once and Disabled only).
@@ -147,6 +148,9 @@ impl BmcClient {
                             unchanged: false,
                         });
                     }
+                    // A refusal naming the target is final: `Continuous` would be refused the same (iLO 5 lists
+                    // no targets, so its refusal is the first word on an unsupported one).
+                    Err(e) if names_target(&e) => return Err(e),
                     Err(e) if e.is_value_rejected("BootSourceOverrideEnabled") => last_err = Some(e),
                     Err(e) => return Err(e),
                 }
@@ -181,6 +185,16 @@ impl BmcClient {
         })
         .await
     }
+}
+
+/// Whether a refused override PATCH says the target was the problem.
+fn names_target(err: &Error) -> bool {
+    err.status() == Some(400)
+        && err.extended_info().iter().any(|e| {
+            e.related_properties
+                .iter()
+                .any(|p| p.ends_with("BootSourceOverrideTarget"))
+        })
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use backon::{ExponentialBuilder, Retryable};
 use base64::Engine as _;
 use http_body_util::Full;
+use hyper::Method;
 use hyper::body::Bytes;
 use hyper::header::{self, HeaderValue};
-use hyper::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{OnceCell, Semaphore};
@@ -20,10 +20,12 @@ use tracing::Instrument;
 use url::Url;
 
 pub use crate::config::{BmcConfig, FENCE_HEADER, Fence, RetryPolicy};
-use crate::error::{Error, Result, parse_error_body};
+use crate::discovery;
+use crate::error::{Error, Result};
+pub(crate) use crate::reply::Reply;
 use crate::secret::Credentials;
 use crate::tls::{client_config, is_certificate_error};
-use crate::transport::{Answer, BoxError, Endpoint, exchange};
+use crate::transport::{BoxError, Endpoint, exchange};
 
 /// A Redfish client for one BMC. Cheap to clone; clones share the endpoint (address and TLS
 /// configuration), the discovered URIs and the BMC's limiter. Each call has a connection of its
@@ -68,65 +70,6 @@ pub(crate) enum Idempotency {
     Idempotent,
     /// Anything whose repetition could do something twice (ForceRestart, POST to a collection).
     Once,
-}
-
-/// A BMC answer with a success status.
-#[derive(Debug)]
-pub(crate) struct Reply {
-    pub status: StatusCode,
-    pub location: Option<String>,
-    pub retry_after: Option<Duration>,
-    pub etag: Option<String>,
-    pub body: Vec<u8>,
-}
-
-impl Reply {
-    /// The reply of a complete answer, with the headers the operations read.
-    fn from_answer(answer: Answer) -> Self {
-        let header = |name| {
-            answer
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let location = header(header::LOCATION);
-        let etag = header(header::ETAG);
-        let retry_after = header(header::RETRY_AFTER)
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        Self {
-            status: answer.status,
-            location,
-            retry_after,
-            etag,
-            body: answer.body.to_vec(),
-        }
-    }
-
-    /// The reply itself when its status is a success, else [`Error::Status`] with what the BMC's error body says.
-    pub fn checked(self, method: &str, path: &str) -> Result<Self> {
-        if self.status.is_success() {
-            return Ok(self);
-        }
-        let (message_id, extended) = parse_error_body(&self.body);
-        Err(Error::Status {
-            method: method.to_owned(),
-            path: path.to_owned(),
-            status: self.status.as_u16(),
-            message_id,
-            extended,
-            retry_after: self.retry_after,
-        })
-    }
-
-    /// Parses the body, naming `path` on failure.
-    pub fn json<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        serde_json::from_slice(&self.body).map_err(|source| Error::Decode {
-            path: path.to_owned(),
-            source,
-        })
-    }
 }
 
 /// A request to send.
@@ -220,7 +163,9 @@ impl BmcClient {
         fut: impl Future<Output = Result<T>>,
     ) -> Result<T> {
         let started = Instant::now();
-        let result = self.within_deadline(operation, fut).await;
+        // On the heap: an operation's state nests every request it makes, and a caller polling it on a small
+        // stack (a test's thread, a debug build) must not carry it inline.
+        let result = Box::pin(self.within_deadline(operation, fut)).await;
         let metrics = racklift_metrics::global();
         let vendor = self.inner.vendor;
         metrics
@@ -313,8 +258,10 @@ impl BmcClient {
         .await
     }
 
-    /// PATCH a JSON body, with `If-Match` when an ETag is known; on 412 once more without it
-    /// (some BMCs reject their own ETags).
+    /// PATCH a JSON body, with `If-Match` when an ETag is known. On 412 the resource changed since it was read:
+    /// it is read again and the PATCH sent once more with the new tag; when the BMC still shows the tag it just
+    /// refused (some reject their own ETags), once more without `If-Match`. On 428 (the BMC requires a
+    /// precondition) the tag is read and sent.
     pub(crate) async fn patch(&self, path: &str, body: &Value, etag: Option<&str>) -> Result<Reply> {
         let req = |if_match| Req {
             method: Method::PATCH,
@@ -324,7 +271,21 @@ impl BmcClient {
             idempotency: Idempotency::Idempotent,
         };
         match self.request(req(etag)).await {
-            Err(e) if etag.is_some() && e.status() == Some(412) => self.request(req(None)).await,
+            Err(e) if matches!(e.status(), Some(412 | 428)) => {
+                let fresh = self.get(path).await.ok().and_then(|r| r.etag());
+                match fresh {
+                    Some(tag) if etag != Some(tag.as_str()) => {
+                        tracing::debug!(
+                            server = self.server(),
+                            path,
+                            "PATCH again with the resource's new ETag"
+                        );
+                        self.request(req(Some(&tag))).await
+                    }
+                    _ if e.status() == Some(412) => self.request(req(None)).await,
+                    _ => Err(e),
+                }
+            }
             other => other,
         }
     }
@@ -452,21 +413,18 @@ impl BmcClient {
         Ok(builder.body(Full::new(body))?)
     }
 
-    /// The managed ComputerSystem's URI: the configured one, else the first member of
-    /// `Systems`. Discovered once per client.
+    /// The URI of the ComputerSystem this client manages (see [`BmcConfig::system_path`]), discovered once per
+    /// client. What the deploy pre-flight calls to refuse a BMC whose System is ambiguous or misnamed.
+    pub async fn system_uri(&self) -> Result<String> {
+        self.within("system_uri", self.system_path()).await
+    }
+
+    /// The managed ComputerSystem's URI: the configured member, else the only member of `Systems`, else the only
+    /// one that could be the host. Discovered once per client.
     pub(crate) async fn system_path(&self) -> Result<String> {
         self.inner
             .system
-            .get_or_try_init(|| async {
-                if let Some(hint) = &self.inner.system_hint {
-                    return Ok(hint.clone());
-                }
-                let root: crate::model::ServiceRoot = self.get_json("/redfish/v1/").await?;
-                let systems = root.systems.ok_or_else(|| Error::Unsupported {
-                    what: "Systems collection".into(),
-                })?;
-                first_member(self, &systems.odata_id, "ComputerSystem").await
-            })
+            .get_or_try_init(|| discovery::resolve(self, self.inner.system_hint.as_deref()))
             .await
             .cloned()
     }

@@ -68,7 +68,9 @@ pub struct BmcConfig {
     pub retry: RetryPolicy,
     /// The per-BMC limiter registry ([`HostLimiter::global`] unless a test wants its own).
     pub limiter: HostLimiter,
-    /// The ComputerSystem to manage, when the BMC has several; else the first member.
+    /// The ComputerSystem to manage, for BMCs that list several (a DPU or a baseboard beside the host): its `Id`
+    /// or URI, which must be a member of `Systems`. Without it, the only member, else the only member that could
+    /// be the host (`SystemType` absent or `Physical`), else [`crate::Error::AmbiguousSystem`].
     pub system_path: Option<String>,
     /// The BMC's vendor as the operator described it (the server's vendor hint), for the `vendor` label of the
     /// client's metrics: error rates and latency differ by firmware far more than by server. `unknown` when
@@ -78,7 +80,7 @@ pub struct BmcConfig {
 
 impl BmcConfig {
     /// A configuration with the reference defaults: 2 min call deadline, 30 s connect,
-    /// polite retries, the global limiter, the first system.
+    /// polite retries, the global limiter, the System chosen by discovery.
     pub fn new(
         server: impl Into<String>,
         base_url: impl Into<String>,

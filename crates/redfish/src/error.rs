@@ -155,6 +155,35 @@ pub enum Error {
     /// The client configuration is unusable.
     #[error("invalid client configuration: {reason}")]
     Config { reason: String },
+    /// No System was named and the BMC lists more than one that could be the host (not a DPU, OS or virtual
+    /// System), or none at all: which one to manage is the operator's choice.
+    #[error(
+        "the BMC lists several ComputerSystems and none is the only candidate host: choose one of {} by its Id",
+        quoted(candidates)
+    )]
+    AmbiguousSystem {
+        /// The `Id`s of the Systems that could be the host (every member's when none could).
+        candidates: Vec<String>,
+    },
+    /// The System named in the configuration is not a member of the BMC's `Systems`.
+    #[error("the BMC has no ComputerSystem {id:?}; its Systems are {}", quoted(available))]
+    SystemNotFound {
+        /// The Id (or URI) asked for.
+        id: String,
+        /// The `Id`s the BMC lists.
+        available: Vec<String>,
+    },
+}
+
+/// `"a", "b"`, or `none` for an empty list.
+fn quoted(ids: &[String]) -> String {
+    if ids.is_empty() {
+        return "none".to_owned();
+    }
+    ids.iter()
+        .map(|id| format!("{id:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Error {
@@ -173,7 +202,10 @@ impl Error {
             Self::Decode { .. } => ErrorClass::Protocol,
             Self::Unsupported { .. } => ErrorClass::Unsupported,
             Self::Refused { .. } | Self::TaskFailed { .. } => ErrorClass::Rejected,
-            Self::NoFence | Self::Config { .. } => ErrorClass::Client,
+            Self::NoFence
+            | Self::Config { .. }
+            | Self::AmbiguousSystem { .. }
+            | Self::SystemNotFound { .. } => ErrorClass::Client,
         }
     }
 

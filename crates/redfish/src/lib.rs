@@ -19,10 +19,12 @@ mod client;
 mod config;
 #[doc(hidden)]
 pub mod decode_paths;
+mod discovery;
 mod error;
 mod limiter;
 mod media;
 mod model;
+mod reply;
 mod secret;
 mod secure_boot;
 mod system;
@@ -30,7 +32,10 @@ mod task;
 mod tls;
 mod transport;
 
-pub use bios::{Bios, StageOutcome};
+pub use bios::{
+    AttributeEntry, AttributeProblem, AttributeRegistry, AttributeType, AttributeValue, Bios, StageOutcome,
+    rejected_attributes,
+};
 pub use boot::{
     BootOverrideOutcome, BootSettings, BootSourceOverrideEnabled, BootSourceOverrideMode,
     BootSourceOverrideTarget,
@@ -39,8 +44,8 @@ pub use client::{BmcClient, BmcConfig, FENCE_HEADER, Fence, RetryPolicy};
 pub use error::{Error, ErrorClass, ExtendedInfo, Result, message_suffix};
 pub use limiter::HostLimiter;
 pub use media::{
-    EjectMethod, InsertMethod, InsertOutcome, MediaSlot, MediaType, SlotOwner, SlotRef, TransferMethod,
-    VirtualMedia,
+    EjectMethod, InsertMethod, InsertOutcome, MediaSlot, MediaType, SlotExpectation, SlotOwner, SlotReadBack,
+    SlotRef, TransferMethod, VirtualMedia,
 };
 pub use model::{ActionInfo, ActionParameter, ActionRef, Link, SettingsInfo};
 pub use secret::{Credentials, Secret};

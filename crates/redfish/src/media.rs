@@ -5,6 +5,13 @@
 //! re-resolve it after a restart. Every capability is optional: the DMTF CD mockup has no
 //! actions at all, Lenovo XCC needs PATCH, HPE adds OEM actions, Supermicro hides EjectMedia
 //! while the slot is empty.
+//!
+//! What the slots report varies as much: iLO 5 writes `Image: ""` for an empty slot where others write null
+//! (both read as empty), iDRAC 9 reports `TransferMethod: null` although it copies the image at insert (so
+//! `None` means "not said", never "Stream"), and XCC lists each slot under the System and under the Manager.
+//! Those are the same devices at two URIs: both are listed (`system:EXT1` and `manager:EXT1`), the System's
+//! first, so the slot chosen by default is the System's, and a change through either URI reads back through
+//! both.
 
 use std::fmt;
 use std::str::FromStr;
@@ -16,6 +23,9 @@ use crate::client::{BmcClient, Idempotency, Reply};
 use crate::error::{Error, Result};
 use crate::model::{ActionInfo, ActionRef, Collection, link_field, redfish_enum};
 use crate::task::TaskMonitor;
+
+mod read_back;
+pub use read_back::{SlotExpectation, SlotReadBack};
 
 redfish_enum!(
     /// `MediaTypes` entries.
@@ -92,7 +102,7 @@ pub struct VirtualMedia {
     /// Media the slot can take.
     #[serde(default)]
     pub media_types: Vec<MediaType>,
-    /// Image URL; empty or null when nothing is inserted.
+    /// Image URL; empty (iLO 5) or null when nothing is inserted.
     #[serde(default)]
     pub image: Option<String>,
     /// Image name.
@@ -104,7 +114,8 @@ pub struct VirtualMedia {
     /// `WriteProtected`.
     #[serde(default)]
     pub write_protected: Option<bool>,
-    /// `TransferMethod` (null on many BMCs).
+    /// `TransferMethod`: `None` when null or absent, which says nothing about how the BMC reads the image
+    /// (iDRAC 9 reports null and copies it at insert).
     #[serde(default)]
     pub transfer_method: Option<TransferMethod>,
     /// `TransferProtocolType`.
@@ -122,7 +133,8 @@ pub struct VirtualMedia {
 }
 
 impl VirtualMedia {
-    /// "Has media": `Inserted` is not false, and `Image` or `ImageName` is non-empty.
+    /// "Has media": `Inserted` is not false, and `Image` or `ImageName` is non-empty (`""` and whitespace are
+    /// empty, as iLO reports an empty slot).
     pub fn has_media(&self) -> bool {
         let named = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.trim().is_empty());
         self.inserted != Some(false) && (named(&self.image) || named(&self.image_name))
@@ -412,7 +424,7 @@ impl BmcClient {
     /// PATCHes `body`, dropping properties the BMC reports unknown or read-only (up to three
     /// times). Sends `If-Match` with the slot's ETag when known.
     async fn patch_dropping(&self, path: &str, mut body: Map<String, Value>) -> Result<Reply> {
-        let etag = self.get(path).await.ok().and_then(|r| r.etag);
+        let etag = self.get(path).await.ok().and_then(|r| r.etag());
         for _ in 0..3 {
             match self
                 .patch(path, &Value::Object(body.clone()), etag.as_deref())
@@ -543,6 +555,13 @@ mod tests {
         let parse = |s: &str| serde_json::from_str::<VirtualMedia>(s).expect("media");
         assert!(!parse(r##"{"Image":null,"Inserted":false,"MediaTypes":["CD","DVD"]}"##).has_media());
         assert!(!parse(r##"{"Image":"","Inserted":true}"##).has_media());
+        // iLO 5's empty slot.
+        let ilo = parse(r##"{"Image":"","ImageName":"","Inserted":false,"MediaTypes":["CD","DVD"]}"##);
+        assert!(!ilo.has_media() && !ilo.holds(""));
+        // iDRAC 9: inserted, no TransferMethod.
+        let idrac = parse(r##"{"Image":"http://x/a.iso","Inserted":true,"TransferMethod":null}"##);
+        assert!(idrac.holds("http://x/a.iso"));
+        assert_eq!(idrac.transfer_method, None);
         assert!(!parse(r##"{"Image":"http://x/a.iso","Inserted":false}"##).has_media());
         let m = parse(r##"{"Image":"http://x/a.iso","TransferMethod":"Upload","MediaTypes":["DVD"]}"##);
         assert!(m.has_media() && m.holds("http://x/a.iso") && !m.holds("http://x/b.iso"));

@@ -193,7 +193,8 @@ impl BmcClient {
     }
 
     /// Restarts by `ForceRestart` (or `PowerCycle` where only that is advertised). Not an
-    /// "ensure": the caller decides a restart is wanted.
+    /// "ensure": the caller decides a restart is wanted. No operation needs `PushPowerButton`, which
+    /// Supermicro X12/X13 do not offer (they offer `PowerCycle`).
     pub async fn force_restart(&self) -> Result<ResetOutcome> {
         self.within("force_restart", async {
             let system = self.system().await?;

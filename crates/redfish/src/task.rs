@@ -87,19 +87,45 @@ struct TaskBody {
     messages: Vec<crate::error::ExtendedInfo>,
 }
 
+/// The longest pause between two looks at a task monitor while following it: a `Retry-After` is a hint, and a
+/// BMC asking for minutes would otherwise spend the whole deadline asleep past the task's end.
+const MAX_TASK_POLL_INTERVAL: Duration = Duration::from_secs(5);
+
 impl BmcClient {
     /// Looks at a task monitor once; never waits. A finished Task resource in a failed state
     /// (`Exception`, `Killed`, …) is an [`Error::TaskFailed`].
     pub async fn poll_task(&self, monitor: &TaskMonitor) -> Result<TaskPoll> {
-        self.within("poll_task", async {
-            let reply = match self.get(&monitor.uri).await {
-                Ok(reply) => reply,
-                Err(e) if matches!(e.status(), Some(404 | 410)) => return Ok(TaskPoll::Gone),
-                Err(e) => return Err(e),
-            };
-            interpret(monitor, &reply)
+        self.within("poll_task", self.look_at_task(monitor)).await
+    }
+
+    /// Follows a task monitor until the task ends, all of it under this handle's deadline (an
+    /// [`Error::Deadline`] if it runs out first), waiting the `Retry-After` it is given between looks (at most
+    /// 5 s). Ends in [`TaskPoll::Done`], or [`TaskPoll::Gone`] when the monitor forgot the task (a reset): the
+    /// caller reads the resource either way. A task that ended badly is an [`Error::TaskFailed`].
+    pub async fn wait_task(&self, monitor: &TaskMonitor) -> Result<TaskPoll> {
+        self.within("wait_task", async {
+            if let Some(first) = monitor.retry_after {
+                tokio::time::sleep(first.min(MAX_TASK_POLL_INTERVAL)).await;
+            }
+            loop {
+                match self.look_at_task(monitor).await? {
+                    TaskPoll::Running { retry_after, .. } => {
+                        tokio::time::sleep(retry_after.min(MAX_TASK_POLL_INTERVAL)).await;
+                    }
+                    ended => return Ok(ended),
+                }
+            }
         })
         .await
+    }
+
+    async fn look_at_task(&self, monitor: &TaskMonitor) -> Result<TaskPoll> {
+        let reply = match self.get(&monitor.uri).await {
+            Ok(reply) => reply,
+            Err(e) if matches!(e.status(), Some(404 | 410)) => return Ok(TaskPoll::Gone),
+            Err(e) => return Err(e),
+        };
+        interpret(monitor, &reply)
     }
 }
 

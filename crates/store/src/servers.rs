@@ -47,6 +47,9 @@ pub struct Server {
     /// The operator's explicit consent to an `http://` BMC address (credentials in the clear).
     pub allow_plain_http: bool,
     pub vendor_hint: Option<String>,
+    /// The `Id` of the Redfish ComputerSystem that is this server, for BMCs that list several; `None` lets the
+    /// client choose (the only System, else the only one that could be the host).
+    pub system_id: Option<String>,
     pub status: ServerStatus,
     pub status_detail: String,
     pub fence: i64,
@@ -72,6 +75,7 @@ pub(crate) struct ServerRow {
     bmc_insecure: bool,
     allow_plain_http: bool,
     vendor_hint: Option<String>,
+    system_id: Option<String>,
     status: String,
     status_detail: String,
     fence: i64,
@@ -91,6 +95,7 @@ impl From<ServerRow> for Server {
             bmc_insecure: r.bmc_insecure,
             allow_plain_http: r.allow_plain_http,
             vendor_hint: r.vendor_hint,
+            system_id: r.system_id,
             status: ServerStatus::parse(&r.status),
             status_detail: r.status_detail,
             fence: r.fence,
@@ -132,6 +137,11 @@ pub struct NewServer {
     #[serde(default)]
     pub allow_plain_http: bool,
     pub vendor_hint: Option<String>,
+    /// The `Id` of the BMC's ComputerSystem that is this server (`1`, `System.Embedded.1`, `System_0`), needed
+    /// when its `Systems` lists more than one that could be the host, as beside a baseboard System; a DPU is
+    /// passed over without it. Empty is the same as absent.
+    #[schema(pattern = r"^$|^[A-Za-z0-9._~-]{1,64}$", example = "System.Embedded.1")]
+    pub system_id: Option<String>,
 }
 
 /// A partial update: absent fields keep their value.
@@ -150,10 +160,13 @@ pub struct ServerUpdate {
     pub bmc_insecure: Option<bool>,
     pub allow_plain_http: Option<bool>,
     pub vendor_hint: Option<String>,
+    /// The `Id` of the BMC's ComputerSystem that is this server; `""` clears it (racklift chooses again).
+    #[schema(pattern = r"^$|^[A-Za-z0-9._~-]{1,64}$", example = "System.Embedded.1")]
+    pub system_id: Option<String>,
 }
 
 const COLUMNS: &str = "name, bmc_address, bmc_username, bmc_password_ref, bmc_cert_pin, bmc_insecure, \
-                       allow_plain_http, vendor_hint, \
+                       allow_plain_http, vendor_hint, system_id, \
                        status, status_detail, fence, registered_at, created_at, updated_at";
 
 /// [`COLUMNS`] qualified with a table alias, for joins.
@@ -176,7 +189,8 @@ impl Store {
     pub async fn create_server(&self, new: &NewServer) -> Result<Server, StoreError> {
         let row: ServerRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO servers (name, bmc_address, bmc_username, bmc_password_ref, bmc_cert_pin, bmc_insecure, \
-             vendor_hint, allow_plain_http) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {COLUMNS}"
+             vendor_hint, allow_plain_http, system_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, nullif($9, '')) \
+             RETURNING {COLUMNS}"
         )))
         .bind(&new.name)
         .bind(&new.bmc_address)
@@ -186,6 +200,7 @@ impl Store {
         .bind(new.bmc_insecure)
         .bind(&new.vendor_hint)
         .bind(new.allow_plain_http)
+        .bind(&new.system_id)
         .fetch_one(&self.pool)
         .await
         .map_err(StoreError::on_unique("server", &new.name))?;
@@ -210,7 +225,9 @@ impl Store {
             "UPDATE servers SET bmc_address = coalesce($2, bmc_address), bmc_username = coalesce($3, bmc_username), \
              bmc_password_ref = coalesce($4, bmc_password_ref), bmc_cert_pin = coalesce($5, bmc_cert_pin), \
              bmc_insecure = coalesce($6, bmc_insecure), vendor_hint = coalesce($7, vendor_hint), \
-             allow_plain_http = coalesce($8, allow_plain_http), updated_at = now() WHERE name = $1 RETURNING {COLUMNS}"
+             allow_plain_http = coalesce($8, allow_plain_http), \
+             system_id = CASE WHEN $9::text IS NULL THEN system_id ELSE nullif($9, '') END, \
+             updated_at = now() WHERE name = $1 RETURNING {COLUMNS}"
         )))
         .bind(name)
         .bind(&u.bmc_address)
@@ -220,6 +237,7 @@ impl Store {
         .bind(u.bmc_insecure)
         .bind(&u.vendor_hint)
         .bind(u.allow_plain_http)
+        .bind(&u.system_id)
         .fetch_optional(&self.pool)
         .await?;
         row.map(Server::from).ok_or_else(|| not_found(name))

@@ -1,5 +1,8 @@
 //! VirtualMedia: collections under the System and/or the Manager, slot reads, InsertMedia /
 //! EjectMedia (standard and HPE OEM), PATCH-only slots (Lenovo) and Upload at insert (Dell).
+//!
+//! A slot spec is one URI; its `state` is the device behind it, so XCC's slots read and change the same under
+//! `Systems/1/VirtualMedia` and `Managers/1/VirtualMedia`.
 
 use std::time::Instant;
 
@@ -37,13 +40,19 @@ pub fn get(ctx: &Ctx<'_>, i: usize) -> Response {
     let p = ctx.profile();
     let spec = &p.slots[i];
     let m = ctx.bmc.machine();
-    let slot = &m.media[i];
+    let slot = &m.media[spec.state];
     let (image, inserted) = slot.reported(Instant::now());
     let image_name = image.map(|u| u.rsplit('/').next().unwrap_or(u).split('?').next().unwrap_or(""));
-    let transfer_method = match (p.media_read, inserted) {
-        (MediaRead::Upload, _) => json!("Upload"),
-        (_, true) => json!("Stream"),
-        (_, false) => Value::Null,
+    // What the BMC says, not what it does: the installer reads as `media_read` says either way.
+    let transfer_method = match (p.transfer_method_reported, p.media_read, inserted) {
+        (false, _, _) => Value::Null,
+        (true, MediaRead::Upload, _) => json!("Upload"),
+        (true, _, true) => json!("Stream"),
+        (true, _, false) => Value::Null,
+    };
+    let blank = |v: Option<&str>| match v {
+        None if p.empty_image_is_blank => json!(""),
+        v => json!(v),
     };
     let mut body = json!({
         "@odata.id": ctx.uri(&spec.path),
@@ -52,8 +61,8 @@ pub fn get(ctx: &Ctx<'_>, i: usize) -> Response {
         "Id": spec.id,
         "Name": format!("Virtual Media {}", spec.id),
         "MediaTypes": spec.media_types,
-        "Image": image,
-        "ImageName": image_name,
+        "Image": blank(image),
+        "ImageName": blank(image_name),
         "Inserted": inserted,
         "WriteProtected": slot.write_protected || !inserted,
         "ConnectedVia": if inserted { "URI" } else { "NotConnected" },
@@ -113,6 +122,7 @@ pub fn insert_action_info(ctx: &Ctx<'_>, i: usize) -> Response {
 
 /// Insert `image` into slot `i` (action, OEM action or PATCH).
 async fn insert_image(ctx: &Ctx<'_>, i: usize, body: &Value) -> Response {
+    let state = ctx.profile().slots[i].state;
     let Some(image) = body
         .get("Image")
         .and_then(Value::as_str)
@@ -140,7 +150,7 @@ async fn insert_image(ctx: &Ctx<'_>, i: usize, body: &Value) -> Response {
     }
     {
         let m = ctx.bmc.machine();
-        let slot = &m.media[i];
+        let slot = &m.media[state];
         if slot.has_media() && slot.image.as_deref() != Some(image) {
             return reply::error(
                 StatusCode::CONFLICT,
@@ -166,7 +176,10 @@ async fn insert_image(ctx: &Ctx<'_>, i: usize, body: &Value) -> Response {
     }
     let mut m = ctx.bmc.machine();
     m.counters.media_inserts += 1;
-    let slot = &mut m.media[i];
+    if ctx.bmc.faults().drop_insert {
+        return reply::no_content();
+    }
+    let slot = &mut m.media[state];
     slot.image = Some(image.to_owned());
     slot.inserted = body.get("Inserted").and_then(Value::as_bool).unwrap_or(true);
     slot.write_protected = body
@@ -199,6 +212,7 @@ pub async fn insert(ctx: &Ctx<'_>, i: usize) -> Response {
 /// Eject (idempotent: nothing inserted is success). Under the `late_eject` fault an eject of a running server's
 /// media is answered but queued: it lands once the server has booted from the media again.
 fn eject_slot(ctx: &Ctx<'_>, i: usize) {
+    let state = ctx.profile().slots[i].state;
     let stale = ctx.profile().stale_inserted_after_eject.then(|| {
         Instant::now()
             + ctx
@@ -208,14 +222,14 @@ fn eject_slot(ctx: &Ctx<'_>, i: usize) {
                 .scaled(ctx.bmc.shared.timings.stale_inserted_after_eject)
     });
     let mut m = ctx.bmc.machine();
-    if m.power == Power::On && m.media[i].has_media() {
+    if m.power == Power::On && m.media[state].has_media() {
         let mut faults = ctx.bmc.faults();
         if std::mem::take(&mut faults.late_eject) {
-            m.media[i].eject_pending = true;
+            m.media[state].eject_pending = true;
             return;
         }
     }
-    m.eject(i, stale);
+    m.eject(state, stale);
 }
 
 pub fn eject(ctx: &Ctx<'_>, i: usize) -> Response {

@@ -3,6 +3,7 @@
 //! Every emitted `@odata.id` carries the prefix the request came in with (`/bmc/<name>` or
 //! nothing for the root alias), so clients can discover everything from links.
 
+mod accounts;
 mod bios;
 mod media;
 mod secure_boot;
@@ -12,11 +13,13 @@ mod system;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::http::Method;
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 
+use crate::accounts::{Principal, Privilege, Role};
 use crate::bmc::Bmc;
+use crate::etag;
 use crate::profile::{Profile, SlotLocation};
 use crate::reply;
 use crate::secure_boot::DATABASES;
@@ -36,6 +39,9 @@ pub enum Route {
     Bios,
     BiosSettings,
     BiosResetBios,
+    Registries,
+    RegistryFile,
+    RegistryDocument,
     SecureBoot,
     SecureBootResetKeys,
     SbDbs,
@@ -58,6 +64,10 @@ pub enum Route {
     Tasks,
     SessionService,
     Sessions,
+    AccountService,
+    Accounts,
+    Roles,
+    Role(Role),
 }
 
 /// A resolved request path.
@@ -69,6 +79,7 @@ pub enum Resolved {
     Task(u64),
     Monitor(u64),
     Session(u64),
+    Account(u32),
 }
 
 pub const TASKS: &str = "/redfish/v1/TaskService/Tasks";
@@ -129,6 +140,9 @@ impl RouteTable {
             &format!("{}/Actions/Bios.ResetBios", p.bios_path),
             Route::BiosResetBios,
         );
+        add("/redfish/v1/Registries", Route::Registries);
+        add(&p.registry_file_path(), Route::RegistryFile);
+        add(&p.registry_document_path(), Route::RegistryDocument);
         let sb = sb_path(p);
         add(&sb, Route::SecureBoot);
         add(
@@ -201,6 +215,12 @@ impl RouteTable {
         add("/redfish/v1/SessionService", Route::SessionService);
         add(SESSIONS, Route::Sessions);
         add(SESSIONS_MEMBERS, Route::Sessions);
+        add(accounts::ACCOUNT_SERVICE, Route::AccountService);
+        add(accounts::ACCOUNTS, Route::Accounts);
+        add(accounts::ROLES, Route::Roles);
+        for role in Role::ALL {
+            add(&format!("{}/{}", accounts::ROLES, role.id()), Route::Role(role));
+        }
         RouteTable { map, entry_prefixes }
     }
 
@@ -223,6 +243,9 @@ impl RouteTable {
         }
         if let Some(id) = id_after(SESSIONS) {
             return Some(Resolved::Session(id));
+        }
+        if let Some(id) = id_after(accounts::ACCOUNTS).and_then(|id| u32::try_from(id).ok()) {
+            return Some(Resolved::Account(id));
         }
         for (prefix, db, sig) in &self.entry_prefixes {
             if let Some(id) = path
@@ -247,6 +270,8 @@ pub struct Ctx<'a> {
     pub prefix: &'a str,
     pub method: &'a Method,
     pub body: &'a [u8],
+    /// The authenticated account (the administrator for the public resources).
+    pub principal: Principal,
 }
 
 impl Ctx<'_> {
@@ -302,7 +327,7 @@ fn allowed(resolved: Resolved) -> &'static str {
         Resolved::Static(route) => match route {
             R::System | R::SecureBoot | R::Media(_) => "GET, HEAD, PATCH",
             R::BiosSettings => "GET, HEAD, PATCH, PUT",
-            R::SbCerts(_) | R::Sessions => "GET, HEAD, POST",
+            R::SbCerts(_) | R::Sessions | R::Accounts => "GET, HEAD, POST",
             R::SystemReset
             | R::BiosResetBios
             | R::SecureBootResetKeys
@@ -315,16 +340,62 @@ fn allowed(resolved: Resolved) -> &'static str {
         },
         Resolved::Cert(db, _) | Resolved::Sig(db, _) if db < 4 => "GET, DELETE",
         Resolved::Session(_) => "GET, DELETE",
+        Resolved::Account(_) => "GET, HEAD, PATCH, DELETE",
         Resolved::Cert(..) | Resolved::Sig(..) | Resolved::Task(_) | Resolved::Monitor(_) => READ,
     }
 }
 
-/// Route a request to its handler; a read or a refused method is told what the resource allows.
+/// The privilege a request needs before its handler runs (DMTF privilege registry, DSP8011): reads `Login`,
+/// accounts `ConfigureUsers`, the manager's resources (virtual media, other users' sessions)
+/// `ConfigureManager`, the system `ConfigureComponents`. Changing one's own password is decided by the handler.
+fn required(ctx: &Ctx<'_>, resolved: Resolved) -> Privilege {
+    use Route as R;
+    if *ctx.method == Method::GET || *ctx.method == Method::HEAD {
+        return Privilege::Login;
+    }
+    match resolved {
+        Resolved::Account(_) => accounts::needs(ctx.method).unwrap_or(Privilege::Login),
+        Resolved::Static(R::Accounts | R::Roles | R::Role(_) | R::AccountService) => {
+            Privilege::ConfigureUsers
+        }
+        Resolved::Session(id) => {
+            if ctx.bmc.sessions().owner.get(&id) == Some(&ctx.principal.account) {
+                Privilege::ConfigureSelf
+            } else {
+                Privilege::ConfigureManager
+            }
+        }
+        Resolved::Static(R::Sessions) => Privilege::Login,
+        Resolved::Static(
+            R::Manager
+            | R::MediaCollection(_)
+            | R::Media(_)
+            | R::MediaInsert(_)
+            | R::MediaEject(_)
+            | R::MediaOemInsert(_)
+            | R::MediaOemEject(_),
+        ) => Privilege::ConfigureManager,
+        _ => Privilege::ConfigureComponents,
+    }
+}
+
+/// Route a request to its handler; a read or a refused method is told what the resource allows, and a read
+/// carries the resource's ETag (header and `@odata.etag`), answering 304 to an `If-None-Match` that names it.
 pub async fn dispatch(ctx: Ctx<'_>, path: &str) -> Response {
-    let Some(resolved) = ctx.bmc.routes.resolve(path) else {
-        return reply::not_found();
-    };
     let get = *ctx.method == Method::GET || *ctx.method == Method::HEAD;
+    let style = etag::Style::of(ctx.profile().personality);
+    let header_absent = ctx.bmc.faults().etag_header_absent;
+    let epoch = ctx.bmc.etag_epoch.load(std::sync::atomic::Ordering::Relaxed);
+    let Some(resolved) = ctx.bmc.routes.resolve(path) else {
+        // The other Systems of a multi-System BMC, read-only.
+        return match system::extra(&ctx, path) {
+            Some(resp) if get && resp.status() == StatusCode::OK => {
+                tagged(resp, style, epoch, header_absent).await
+            }
+            Some(resp) => resp,
+            None => reply::not_found(),
+        };
+    };
     if ctx.bmc.faults().no_bios
         && matches!(
             resolved,
@@ -333,14 +404,68 @@ pub async fn dispatch(ctx: Ctx<'_>, path: &str) -> Response {
     {
         return reply::not_found();
     }
+    let privilege = required(&ctx, resolved);
+    if !ctx.principal.role.has(privilege) {
+        return reply::forbidden(privilege.name());
+    }
     let mut resp = route(ctx, resolved, get).await;
-    if get || resp.status() == axum::http::StatusCode::METHOD_NOT_ALLOWED {
-        resp.headers_mut().insert(
-            axum::http::header::ALLOW,
-            axum::http::HeaderValue::from_static(allowed(resolved)),
-        );
+    if get && resp.status() == StatusCode::OK {
+        resp = tagged(resp, style, epoch, header_absent).await;
+    }
+    if get || resp.status() == StatusCode::METHOD_NOT_ALLOWED {
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allowed(resolved)));
     }
     resp
+}
+
+/// A JSON read with its tag: the one its handler set (a revision the body does not show), else one over the
+/// representation; as the `ETag` header (unless the BMC leaves it out) and as `@odata.etag`.
+async fn tagged(resp: Response, style: etag::Style, epoch: u64, header_absent: bool) -> Response {
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return reply::status(StatusCode::INTERNAL_SERVER_ERROR);
+    };
+    let tag = match parts.headers.get(header::ETAG).and_then(|v| v.to_str().ok()) {
+        Some(t) => t.to_owned(),
+        None if epoch == 0 => etag::tag(style, &bytes),
+        None => etag::tag(style, &[&bytes[..], &epoch.to_le_bytes()].concat()),
+    };
+    let body = etag::with_property(&bytes, &tag).unwrap_or_else(|| bytes.to_vec());
+    if header_absent {
+        parts.headers.remove(header::ETAG);
+    } else if let Ok(v) = HeaderValue::from_str(&tag) {
+        parts.headers.insert(header::ETAG, v);
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body))
+}
+
+/// The current tag of the resource at `path`, as a read would show it: what `If-Match` is checked against.
+pub async fn current_etag(ctx: Ctx<'_>, path: &str) -> Option<String> {
+    let read = Ctx {
+        method: &Method::GET,
+        body: &[],
+        ..ctx
+    };
+    // The tag a read shows, header or not.
+    let resp = Box::pin(dispatch(read, path)).await;
+    if resp.status() != StatusCode::OK {
+        return None;
+    }
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.ok()?;
+    serde_json::from_slice::<Value>(&bytes)
+        .ok()?
+        .get("@odata.etag")?
+        .as_str()
+        .map(str::to_owned)
 }
 
 async fn route(ctx: Ctx<'_>, resolved: Resolved, get: bool) -> Response {
@@ -353,6 +478,12 @@ async fn route(ctx: Ctx<'_>, resolved: Resolved, get: bool) -> Response {
         Resolved::Task(id) if get => service::task(&ctx, id),
         Resolved::Monitor(id) => service::monitor(&ctx, id),
         Resolved::Session(id) => service::session(&ctx, id),
+        Resolved::Account(id) => match ctx.method.clone() {
+            Method::GET | Method::HEAD => accounts::account(&ctx, id),
+            Method::PATCH => accounts::patch(&ctx, id),
+            Method::DELETE => accounts::delete(&ctx, id),
+            _ => reply::method_not_allowed(),
+        },
         Resolved::Task(_) => reply::method_not_allowed(),
     }
 }
@@ -373,6 +504,9 @@ async fn route_static(ctx: Ctx<'_>, route: Route, get: bool) -> Response {
         (R::BiosSettings, true) => bios::get_settings(&ctx),
         (R::BiosSettings, false) if m == Method::PATCH || m == Method::PUT => bios::patch_settings(&ctx),
         (R::BiosResetBios, false) if m == Method::POST => bios::reset_bios(&ctx),
+        (R::Registries, true) => bios::registries(&ctx),
+        (R::RegistryFile, true) => bios::registry_file(&ctx),
+        (R::RegistryDocument, true) => bios::registry_document(&ctx),
         (R::SecureBoot, true) => secure_boot::get(&ctx),
         (R::SecureBoot, false) if m == Method::PATCH => secure_boot::patch(&ctx),
         (R::SecureBootResetKeys, false) if m == Method::POST => secure_boot::reset_keys(&ctx, None),
@@ -399,6 +533,11 @@ async fn route_static(ctx: Ctx<'_>, route: Route, get: bool) -> Response {
         (R::SessionService, true) => service::session_service(&ctx),
         (R::Sessions, true) => service::sessions(&ctx),
         (R::Sessions, false) if m == Method::POST => service::create_session(&ctx),
+        (R::AccountService, true) => accounts::service(&ctx),
+        (R::Accounts, true) => accounts::collection(&ctx),
+        (R::Accounts, false) if m == Method::POST => accounts::create(&ctx),
+        (R::Roles, true) => accounts::roles(&ctx),
+        (R::Role(role), true) => accounts::role(&ctx, role),
         _ => reply::method_not_allowed(),
     }
 }

@@ -30,7 +30,9 @@ pub fn root(ctx: &Ctx<'_>) -> Response {
         "Chassis": ctx.link("/redfish/v1/Chassis"),
         // `Tasks` is ServiceRoot's name for the link to the TaskService.
         "Tasks": ctx.link("/redfish/v1/TaskService"),
+        "Registries": ctx.link("/redfish/v1/Registries"),
         "SessionService": ctx.link("/redfish/v1/SessionService"),
+        "AccountService": ctx.link(super::accounts::ACCOUNT_SERVICE),
         "Links": {"Sessions": ctx.link(SESSIONS)},
     }))
 }
@@ -46,6 +48,7 @@ pub fn odata(ctx: &Ctx<'_>) -> Response {
             entry("Chassis", "/redfish/v1/Chassis"),
             entry("TaskService", "/redfish/v1/TaskService"),
             entry("SessionService", "/redfish/v1/SessionService"),
+            entry("AccountService", super::accounts::ACCOUNT_SERVICE),
         ],
     }))
 }
@@ -53,6 +56,11 @@ pub fn odata(ctx: &Ctx<'_>) -> Response {
 /// `(schema file, namespace)` referenced by `$metadata`: every type the simulator emits.
 const SCHEMAS: &[(&str, &str)] = &[
     ("ServiceRoot_v1", "ServiceRoot.v1_15_0"),
+    ("AccountService_v1", "AccountService.v1_15_0"),
+    ("ManagerAccountCollection_v1", "ManagerAccountCollection"),
+    ("ManagerAccount_v1", "ManagerAccount.v1_10_0"),
+    ("RoleCollection_v1", "RoleCollection"),
+    ("Role_v1", "Role.v1_3_1"),
     ("ComputerSystemCollection_v1", "ComputerSystemCollection"),
     ("ComputerSystem_v1", "ComputerSystem.v1_20_0"),
     ("ManagerCollection_v1", "ManagerCollection"),
@@ -78,6 +86,12 @@ const SCHEMAS: &[(&str, &str)] = &[
     ("Session_v1", "Session.v1_7_0"),
     ("ActionInfo_v1", "ActionInfo.v1_3_0"),
     ("Message_v1", "Message.v1_1_1"),
+    (
+        "MessageRegistryFileCollection_v1",
+        "MessageRegistryFileCollection",
+    ),
+    ("MessageRegistryFile_v1", "MessageRegistryFile.v1_1_3"),
+    ("AttributeRegistry_v1", "AttributeRegistry.v1_3_6"),
     ("Resource_v1", "Resource.v1_19_0"),
 ];
 
@@ -111,12 +125,11 @@ pub fn metadata() -> Response {
 }
 
 pub fn systems(ctx: &Ctx<'_>) -> Response {
-    let p = ctx.profile();
     reply::ok(&ctx.collection(
         "/redfish/v1/Systems",
         "#ComputerSystemCollection.ComputerSystemCollection",
         "Computer System Collection",
-        std::slice::from_ref(&p.system_path),
+        &super::system::member_paths(ctx),
     ))
 }
 
@@ -312,13 +325,17 @@ pub fn sessions(ctx: &Ctx<'_>) -> Response {
 }
 
 fn session_body(ctx: &Ctx<'_>, id: u64) -> Value {
+    let owner = ctx.bmc.sessions().owner.get(&id).copied();
+    let user = owner
+        .and_then(|account| ctx.bmc.accounts().get(account).map(|a| a.user.clone()))
+        .unwrap_or_default();
     json!({
         "@odata.id": ctx.uri(&format!("{SESSIONS}/{id}")),
         "@odata.type": "#Session.v1_7_0.Session",
         "@odata.context": "/redfish/v1/$metadata#Session.Session",
         "Id": id.to_string(),
         "Name": "User Session",
-        "UserName": ctx.bmc.shared.username,
+        "UserName": user,
     })
 }
 
@@ -328,12 +345,11 @@ pub fn create_session(ctx: &Ctx<'_>) -> Response {
         Ok(b) => b,
         Err(r) => return r,
     };
-    let shared = &ctx.bmc.shared;
-    let user = body.get("UserName").and_then(Value::as_str);
-    let pass = body.get("Password").and_then(Value::as_str);
-    if user != Some(shared.username.as_str()) || pass != Some(shared.password.as_str()) {
+    let user = body.get("UserName").and_then(Value::as_str).unwrap_or_default();
+    let pass = body.get("Password").and_then(Value::as_str).unwrap_or_default();
+    let Some(principal) = ctx.bmc.accounts().authenticate(user, pass) else {
         return reply::unauthorized();
-    }
+    };
     let limit = ctx.bmc.faults().session_limit;
     let mut sessions = ctx.bmc.sessions();
     if limit.is_some_and(|l| sessions.by_id.len() >= l as usize) {
@@ -344,6 +360,7 @@ pub fn create_session(ctx: &Ctx<'_>) -> Response {
     let token = uuid::Uuid::new_v4().simple().to_string();
     sessions.by_id.insert(id, token.clone());
     sessions.by_token.insert(token.clone(), id);
+    sessions.owner.insert(id, principal.account);
     drop(sessions);
     let location = ctx.uri(&format!("{SESSIONS}/{id}"));
     let mut resp = reply::created(&location, &session_body(ctx, id));
@@ -368,6 +385,7 @@ pub fn session(ctx: &Ctx<'_>, id: u64) -> Response {
             if let Some(token) = sessions.by_id.remove(&id) {
                 sessions.by_token.remove(&token);
             }
+            sessions.owner.remove(&id);
             reply::status(StatusCode::NO_CONTENT)
         }
         _ => reply::method_not_allowed(),

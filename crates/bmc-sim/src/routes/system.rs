@@ -84,6 +84,12 @@ pub fn get(ctx: &Ctx<'_>) -> Response {
     if no_bios {
         obj.remove("Bios");
     }
+    if !p.override_targets_listed {
+        obj["Boot"]
+            .as_object_mut()
+            .expect("object literal")
+            .remove("BootSourceOverrideTarget@Redfish.AllowableValues");
+    }
     reply::ok(&body)
 }
 
@@ -233,4 +239,53 @@ pub fn reset_action_info(ctx: &Ctx<'_>) -> Response {
             "AllowableValues": p.reset_types,
         }],
     }))
+}
+
+/// The members of `Systems`: the server's own System, then the extra ones its faults list (a DPU, a baseboard).
+pub fn member_paths(ctx: &Ctx<'_>) -> Vec<String> {
+    let mut paths = vec![ctx.profile().system_path.clone()];
+    paths.extend(ctx.bmc.faults().extra_systems.iter().map(|s| extra_path(&s.id)));
+    paths
+}
+
+fn extra_path(id: &str) -> String {
+    format!("/redfish/v1/Systems/{id}")
+}
+
+/// The answer for `path` when it is one of the faults' extra Systems: a ComputerSystem (v1_20_0) that has the
+/// server's manager and chassis and no actions, so reading it is all a client can do. `None` for any other path.
+pub fn extra(ctx: &Ctx<'_>, path: &str) -> Option<Response> {
+    let path = path.trim_end_matches('/');
+    let system = ctx
+        .bmc
+        .faults()
+        .extra_systems
+        .iter()
+        .find(|s| extra_path(&s.id) == path)
+        .cloned()?;
+    let mut resp = if *ctx.method == axum::http::Method::GET || *ctx.method == axum::http::Method::HEAD {
+        let p = ctx.profile();
+        reply::ok(&json!({
+            "@odata.id": ctx.uri(path),
+            "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
+            "@odata.context": "/redfish/v1/$metadata#ComputerSystem.ComputerSystem",
+            "Id": system.id,
+            "Name": format!("{} System", system.system_type),
+            "SystemType": system.system_type,
+            "Manufacturer": p.manufacturer,
+            "PowerState": "On",
+            "Status": {"State": "Enabled", "Health": "OK"},
+            "Links": {
+                "Chassis": [ctx.link(&p.chassis_path)],
+                "ManagedBy": [ctx.link(&p.manager_path)],
+            },
+        }))
+    } else {
+        reply::method_not_allowed()
+    };
+    resp.headers_mut().insert(
+        axum::http::header::ALLOW,
+        axum::http::HeaderValue::from_static("GET, HEAD"),
+    );
+    Some(resp)
 }

@@ -53,6 +53,16 @@ impl Client {
         }
     }
 
+    /// The same client logging in as another account.
+    pub fn as_user(&self, user: &str, pass: &str) -> Client {
+        Client {
+            http: self.http.clone(),
+            user: user.to_owned(),
+            pass: pass.to_owned(),
+            host: self.host.clone(),
+        }
+    }
+
     /// Absolute URL for a link or path that starts with `/`.
     pub fn url(&self, link: &str) -> String {
         if link.starts_with("http") {
@@ -89,6 +99,34 @@ impl Client {
             serde_json::from_slice(&bytes).unwrap_or(Value::Null)
         };
         (status, headers, value)
+    }
+
+    /// A request with one extra header (`If-Match`, `If-None-Match`); the status and headers.
+    pub async fn send_with(
+        &self,
+        method: reqwest::Method,
+        link: &str,
+        header: (&str, &str),
+        body: Option<Value>,
+    ) -> (StatusCode, HeaderMap) {
+        let mut req = self
+            .http
+            .request(method, self.url(link))
+            .basic_auth(&self.user, Some(&self.pass))
+            .header(header.0, header.1);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = StatusCode::from_u16(resp.status().as_u16()).expect("status");
+        (status, resp.headers().clone())
+    }
+
+    /// PATCH with `If-Match: tag`; the status.
+    pub async fn http_with_if_match(&self, link: &str, tag: &str, body: Value) -> StatusCode {
+        self.send_with(reqwest::Method::PATCH, link, ("If-Match", tag), Some(body))
+            .await
+            .0
     }
 
     pub async fn get(&self, link: &str) -> Value {

@@ -1,5 +1,6 @@
 //! Integration tests: the simulator driven over real sockets with plain reqwest.
 
+mod accounts;
 mod cluster;
 mod common;
 mod faults_audit;
@@ -12,3 +13,4 @@ mod registration;
 mod resources;
 mod seed;
 mod seeded;
+mod shapes;

@@ -106,33 +106,28 @@ async fn dell_keeps_reporting_inserted_for_a_while_after_eject() {
 }
 
 #[tokio::test]
-async fn hpe_has_media_under_the_manager_only_lower_case_bios_and_refuses_override_in_post() {
+async fn hpe_has_media_under_the_manager_only_blank_images_unlisted_targets_and_refuses_override_in_post() {
     let sim = common::start(1, "hpe").await;
     let c = Client::new(&sim);
     let sys = c.system(&sim.bmc_url(0)).await;
     assert!(sys.get("VirtualMedia").is_none());
     assert!(sys.get("LastResetTime").is_none());
+    // iLO 5 checks the override target but publishes no list of them.
+    assert!(
+        sys["Boot"]
+            .get("BootSourceOverrideTarget@Redfish.AllowableValues")
+            .is_none()
+    );
+    assert!(sys["Boot"]["BootSourceOverrideEnabled@Redfish.AllowableValues"].is_array());
+    // iLO's URIs are case-insensitive; the simulator publishes the cased form the schema's URI templates name.
     let bios_link = sys["Bios"]["@odata.id"].as_str().unwrap();
-    assert!(bios_link.ends_with("/redfish/v1/systems/1/bios"), "{bios_link}");
+    assert!(bios_link.ends_with("/redfish/v1/Systems/1/Bios"), "{bios_link}");
     let bios = c.get(bios_link).await;
     assert!(
         bios["@Redfish.Settings"]["SettingsObject"]["@odata.id"]
             .as_str()
             .unwrap()
-            .ends_with("/bios/settings/")
-    );
-    let (status, _, _) = c
-        .send(
-            reqwest::Method::GET,
-            &format!("{}/redfish/v1/Systems/1/Bios", sim.bmc_url(0)),
-            None,
-            None,
-        )
-        .await;
-    assert_eq!(
-        status,
-        StatusCode::NOT_FOUND,
-        "templated upper-case BIOS URI does not exist"
+            .ends_with("/redfish/v1/Systems/1/Bios/Settings")
     );
     let slot = cd_slot(&c, &sim.bmc_url(0)).await;
     assert!(
@@ -141,6 +136,8 @@ async fn hpe_has_media_under_the_manager_only_lower_case_bios_and_refuses_overri
             .unwrap()
             .contains("/Managers/1/VirtualMedia/")
     );
+    // Nothing inserted reads as an empty string, not null.
+    assert_eq!((&slot["Image"], &slot["ImageName"]), (&json!(""), &json!("")));
     // Where iLO puts its media actions: the resource's `Oem.Hpe.Actions`, not `Actions.Oem`.
     assert!(slot["Oem"]["Hpe"]["Actions"]["#HpeiLOVirtualMedia.InsertVirtualMedia"]["target"].is_string());
     assert!(slot["Actions"].get("Oem").is_none());

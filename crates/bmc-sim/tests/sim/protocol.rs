@@ -1,9 +1,13 @@
 //! What the Redfish specification asks of every answer and request, whatever the personality: `Allow` on reads
 //! and on 405, `Cache-Control`, `OData-Version` other than 4.0 refused with 412, sessions created through the
-//! collection's `Members` too, and the service root's `Tasks` link.
+//! collection's `Members` too, the service root's `Tasks` link, `Link: rel=describedby` naming the schema of each
+//! read, and ETags (header and `@odata.etag`) that `If-Match` and `If-None-Match` are checked against.
 
 use reqwest::Method;
 use reqwest::StatusCode;
+
+use racklift_bmc_sim::Faults;
+use serde_json::json;
 
 use super::common::{Client, start};
 
@@ -101,4 +105,74 @@ async fn a_session_is_created_through_the_collection_or_its_members() {
         assert!(r.headers().get("x-auth-token").is_some(), "{path}");
     }
     sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn reads_carry_their_schema_and_etag_and_writes_are_checked_against_it() {
+    for personality in ["generic", "dell", "hpe", "lenovo", "supermicro"] {
+        let sim = start(1, personality).await;
+        let c = Client::new(&sim);
+        let system = c.system(&sim.bmc_url(0)).await;
+        let uri = system["@odata.id"].as_str().unwrap().to_owned();
+        let (status, headers, body) = c.send(Method::GET, &uri, None, None).await;
+        assert_eq!(status, StatusCode::OK);
+        let version = body["@odata.type"]
+            .as_str()
+            .unwrap()
+            .split('.')
+            .nth(1)
+            .unwrap()
+            .to_owned();
+        let link = headers["link"].to_str().unwrap();
+        assert!(
+            link.contains(&format!("/ComputerSystem.{version}.json>")) && link.ends_with("rel=describedby"),
+            "{personality}: {link}"
+        );
+        let tag = headers["etag"].to_str().unwrap().to_owned();
+        assert_eq!(body["@odata.etag"], tag.as_str(), "{personality}");
+        assert_eq!(
+            tag.starts_with("W/"),
+            personality == "hpe",
+            "{personality}: {tag}"
+        );
+
+        let (status, headers) = c
+            .send_with(Method::GET, &uri, ("If-None-Match", &tag), None)
+            .await;
+        assert_eq!(status, StatusCode::NOT_MODIFIED, "{personality}");
+        assert_eq!(headers["etag"], tag.as_str());
+
+        let boot = json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}});
+        let before = c.get(&uri).await;
+        assert_eq!(
+            c.http_with_if_match(&uri, "\"not-this-one\"", boot.clone()).await,
+            StatusCode::PRECONDITION_FAILED,
+            "{personality}"
+        );
+        assert_eq!(
+            c.get(&uri).await["Boot"],
+            before["Boot"],
+            "{personality}: a refused write changes nothing"
+        );
+        let status = c.http_with_if_match(&uri, &tag, boot.clone()).await;
+        assert!(status.is_success(), "{personality}: {status}");
+        let (_, headers, _) = c.send(Method::GET, &uri, None, None).await;
+        assert_ne!(
+            headers["etag"],
+            tag.as_str(),
+            "{personality}: the write changed the resource"
+        );
+
+        // Some firmware sends the tag in the body alone.
+        sim.set_faults(
+            0,
+            Faults {
+                etag_header_absent: true,
+                ..Faults::default()
+            },
+        );
+        let (_, headers, body) = c.send(Method::GET, &uri, None, None).await;
+        assert!(headers.get("etag").is_none(), "{personality}");
+        assert!(body["@odata.etag"].is_string(), "{personality}");
+    }
 }

@@ -25,8 +25,7 @@ async fn stage_and_apply_on_every_personality() {
         let settings = bios.settings.clone().expect("@Redfish.Settings");
         let object = settings.settings_object.expect("SettingsObject").odata_id;
         let suffix = match personality {
-            Personality::Generic | Personality::Dell => "/Bios/Settings",
-            Personality::Hpe => "/systems/1/bios/settings/",
+            Personality::Generic | Personality::Dell | Personality::Hpe => "/Bios/Settings",
             Personality::Lenovo => "/Bios/Pending",
             Personality::Supermicro => "/Bios/SD",
         };

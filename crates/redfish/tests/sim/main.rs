@@ -5,10 +5,14 @@
 mod bios;
 mod boot;
 mod common;
+mod etags;
 mod fallbacks;
 mod faults;
 mod hangs;
 mod media;
 mod power;
+mod read_back;
 mod secure_boot;
+mod shapes;
+mod systems;
 mod tls;
