@@ -10,29 +10,54 @@ use racklift_testdb::admin_url;
 use racklift_tests::cli::{command, describe, empty_home};
 use serde_json::Value;
 
-/// Runs `racklift ARGS` to completion within `limit`, with `env`. Past the limit it is interrupted (SIGTERM), so
-/// it stops the processes and the PostgreSQL it started before the test fails.
+/// Runs `racklift ARGS` to completion within `limit`, with `env`. Past the limit it is interrupted (SIGTERM) and
+/// waited for, so it stops the processes and the PostgreSQL it started before the test fails with the end of what
+/// it logged.
 async fn bench(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
+    use tokio::io::AsyncReadExt;
     let home = empty_home();
     let mut cmd = command(args, env, &home);
     // Its progress on stderr, so a failing run shows what it was doing.
     cmd.env("RUST_LOG", "info,sqlx=warn")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().expect("run racklift");
+    let mut child = cmd.spawn().expect("run racklift");
     let pid = child.id().expect("a running racklift");
-    let output = tokio::time::timeout(limit, child.wait_with_output()).await;
+    let read_all = |pipe: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>| {
+        tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes).await;
+            }
+            bytes
+        })
+    };
+    let stdout = read_all(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = read_all(child.stderr.take().map(|p| Box::new(p) as _));
+    let finished = tokio::time::timeout(limit, child.wait()).await;
     let _ = std::fs::remove_dir_all(&home);
-    match output {
-        Ok(output) => output.expect("racklift's output"),
+    let status = match finished {
+        Ok(status) => status.expect("racklift's exit status"),
         Err(_) => {
             let _ = std::process::Command::new("kill")
                 .args(["-TERM", &pid.to_string()])
                 .status();
-            // Its drop of the run (processes killed, PostgreSQL stopped) takes a few seconds.
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            panic!("racklift {args:?} did not finish within {limit:?}")
+            // Its drop of the run (processes killed, PostgreSQL stopped) is waited for, not guessed at.
+            let stopped = tokio::time::timeout(Duration::from_secs(90), child.wait()).await;
+            let log = stderr.await.unwrap_or_default();
+            let log = String::from_utf8_lossy(&log);
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "racklift {args:?} did not finish within {limit:?} (after SIGTERM: {stopped:?}); its last lines:\n{}",
+                tail.join("\n")
+            )
         }
+    };
+    Output {
+        status,
+        stdout: stdout.await.unwrap_or_default(),
+        stderr: stderr.await.unwrap_or_default(),
     }
 }
 
