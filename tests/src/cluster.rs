@@ -169,9 +169,7 @@ pub async fn form_cluster(
         body["post_restore_delay_secs"] = json!(delay);
     }
     let r = rack
-        .http
-        .post(format!("{}/1.0/provisioning/clusters", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(reqwest::Method::POST, "/1.0/provisioning/clusters")
         .json(&body)
         .send()
         .await
@@ -185,12 +183,10 @@ pub async fn form_cluster(
 /// Starts a rolling reboot of [`CLUSTER`] through the API.
 pub async fn start_reboot(rack: &Rack) {
     let r = rack
-        .http
-        .post(format!(
-            "{}/1.0/provisioning/clusters/{CLUSTER}:reboot",
-            rack.api_url
-        ))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(
+            reqwest::Method::POST,
+            format!("/1.0/provisioning/clusters/{CLUSTER}:reboot"),
+        )
         .json(&json!({}))
         .send()
         .await

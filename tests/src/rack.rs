@@ -331,6 +331,13 @@ impl Rack {
         ));
     }
 
+    /// A request to the API's `path` (`/1.0/…`) with the admin's token.
+    pub fn admin(&self, method: reqwest::Method, path: impl AsRef<str>) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{}", self.api_url, path.as_ref()))
+            .bearer_auth(&self.catalog.admin_token)
+    }
+
     /// `POST …/{name}/:deploy` as the admin with the demo token and seed, plus `extra` fields.
     pub async fn deploy(&self, name: &str, extra: Value) -> reqwest::Response {
         let vendor = self.sim.personality(self.index(name)).as_str();
@@ -339,13 +346,14 @@ impl Rack {
         if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
             b.extend(e.clone());
         }
-        self.http
-            .post(format!("{}/1.0/provisioning/servers/{name}:deploy", self.api_url))
-            .bearer_auth(&self.catalog.admin_token)
-            .json(&body)
-            .send()
-            .await
-            .expect("deploy request")
+        self.admin(
+            reqwest::Method::POST,
+            format!("/1.0/provisioning/servers/{name}:deploy"),
+        )
+        .json(&body)
+        .send()
+        .await
+        .expect("deploy request")
     }
 
     /// Deploys every server of the rack with the demo request, asserting each was accepted.

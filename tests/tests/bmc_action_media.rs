@@ -24,9 +24,10 @@ enum Ended {
 /// Posts a `:media` request and waits for its job to leave the queue.
 async fn media_action(rack: &Rack, name: &str, body: Value) -> Ended {
     let response = rack
-        .http
-        .post(format!("{}/1.0/provisioning/servers/{name}:media", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(
+            reqwest::Method::POST,
+            format!("/1.0/provisioning/servers/{name}:media"),
+        )
         .json(&body)
         .send()
         .await

@@ -9,9 +9,7 @@ use serde_json::Value;
 /// The server's events of `kind`, through the API as an operator reads them.
 async fn events_of(rack: &Rack, name: &str, kind: &str) -> Vec<Value> {
     let events: Value = rack
-        .http
-        .get(format!("{}/1.0/servers/{name}/events", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(reqwest::Method::GET, format!("/1.0/servers/{name}/events"))
         .send()
         .await
         .expect("events request")
@@ -202,14 +200,12 @@ async fn deployments_are_started_and_canceled_in_bulk() {
     // The API itself: a blank reason is refused naming the field, and a body without one (an older client's)
     // is still accepted, its event carrying no reason.
     let cancel = |body: Value| {
-        rack.http
-            .post(format!(
-                "{}/1.0/provisioning/servers/{b}:cancel-deploy",
-                rack.api_url
-            ))
-            .bearer_auth(&rack.catalog.admin_token)
-            .json(&body)
-            .send()
+        rack.admin(
+            reqwest::Method::POST,
+            format!("/1.0/provisioning/servers/{b}:cancel-deploy"),
+        )
+        .json(&body)
+        .send()
     };
     let refused = cancel(serde_json::json!({ "reason": "  " }))
         .await

@@ -43,9 +43,10 @@ async fn holder(rack: &Rack) -> i32 {
 
 async fn operation(rack: &Rack) -> Value {
     let view: Value = rack
-        .http
-        .get(format!("{}/1.0/provisioning/clusters/{CLUSTER}", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(
+            reqwest::Method::GET,
+            format!("/1.0/provisioning/clusters/{CLUSTER}"),
+        )
         .send()
         .await
         .unwrap()

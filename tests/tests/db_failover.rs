@@ -35,9 +35,10 @@ fn worker(rack: &Rack) -> Racklift {
 /// failing over).
 async fn operation(rack: &Rack) -> Option<Value> {
     let r = rack
-        .http
-        .get(format!("{}/1.0/provisioning/clusters/{CLUSTER}", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(
+            reqwest::Method::GET,
+            format!("/1.0/provisioning/clusters/{CLUSTER}"),
+        )
         .send()
         .await
         .ok()?;

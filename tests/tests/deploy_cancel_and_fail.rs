@@ -10,12 +10,10 @@ use serde_json::{Value, json};
 
 async fn cancel(rack: &Rack, name: &str, skip_cleanup: bool) {
     let response = rack
-        .http
-        .post(format!(
-            "{}/1.0/provisioning/servers/{name}:cancel-deploy",
-            rack.api_url
-        ))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(
+            reqwest::Method::POST,
+            format!("/1.0/provisioning/servers/{name}:cancel-deploy"),
+        )
         .json(&json!({ "skip_cleanup": skip_cleanup }))
         .send()
         .await
@@ -97,9 +95,7 @@ async fn retries_exhausted_fail_the_deployment_into_a_dead_letter() {
     assert_eq!(context["state"], json!("ApplyBIOS"));
     assert_eq!(context["last_error"]["bmc_status"], json!(500), "{context}");
     let server: Value = rack
-        .http
-        .get(format!("{}/1.0/servers/{name}", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(reqwest::Method::GET, format!("/1.0/servers/{name}"))
         .send()
         .await
         .expect("show server")
@@ -116,9 +112,7 @@ async fn power_and_media_actions_run_as_fenced_jobs() {
     let name = rack.sim.name(0).to_owned();
     let post = |path: String, body: Value, key: Option<&'static str>| {
         let mut request = rack
-            .http
-            .post(format!("{}/1.0/provisioning/servers/{path}", rack.api_url))
-            .bearer_auth(&rack.catalog.admin_token)
+            .admin(reqwest::Method::POST, format!("/1.0/provisioning/servers/{path}"))
             .json(&body);
         if let Some(key) = key {
             request = request.header("Idempotency-Key", key);

@@ -30,12 +30,10 @@ async fn a_force_seed_ends_install_stage_1_when_the_media_goes_idle() {
     );
 
     let created = rack
-        .http
-        .post(format!(
-            "{}/1.0/tokens/{}/seeds",
-            rack.api_url, rack.catalog.token
-        ))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(
+            reqwest::Method::POST,
+            format!("/1.0/tokens/{}/seeds", rack.catalog.token),
+        )
         .json(&json!({ "name": NO_REBOOT_SEED, "public": true, "install_config": {} }))
         .send()
         .await

@@ -76,15 +76,16 @@ async fn a_late_eject_on_every_personality_is_repaired_by_one_power_cycle() {
     form_cluster(&rack, SERVERS, Duration::from_secs(10), None).await;
     start_reboot(&rack).await;
     let view = || async {
-        rack.http
-            .get(format!("{}/1.0/provisioning/clusters/{CLUSTER}", rack.api_url))
-            .bearer_auth(&rack.catalog.admin_token)
-            .send()
-            .await
-            .expect("the API answers")
-            .json::<Value>()
-            .await
-            .expect("a cluster view")
+        rack.admin(
+            reqwest::Method::GET,
+            format!("/1.0/provisioning/clusters/{CLUSTER}"),
+        )
+        .send()
+        .await
+        .expect("the API answers")
+        .json::<Value>()
+        .await
+        .expect("a cluster view")
     };
     racklift_tests::wait_for(Duration::from_secs(240), "the rolling reboot to end", || async {
         view().await["operation"]["status"] != "running"

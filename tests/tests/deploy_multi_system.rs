@@ -38,9 +38,7 @@ async fn start(extra_systems: Vec<ExtraSystem>) -> (Rack, String) {
 /// `PATCH /1.0/servers/{name}` as the admin: status and body.
 async fn update(rack: &Rack, name: &str, body: Value) -> (u16, Value) {
     let r = rack
-        .http
-        .patch(format!("{}/1.0/servers/{name}", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(reqwest::Method::PATCH, format!("/1.0/servers/{name}"))
         .json(&body)
         .send()
         .await

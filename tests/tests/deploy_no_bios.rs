@@ -33,9 +33,7 @@ async fn a_bmc_without_bios_is_refused_with_attributes_and_deploys_without() {
     );
 
     let r = rack
-        .http
-        .delete(format!("{}/1.0/bios-profiles/incusos-baseline", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(reqwest::Method::DELETE, "/1.0/bios-profiles/incusos-baseline")
         .send()
         .await
         .expect("the API answers");

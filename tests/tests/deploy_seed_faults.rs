@@ -15,12 +15,10 @@ const SCALE: f64 = 0.01;
 
 async fn add_seed(rack: &Rack, name: &str, install_config: Value) {
     let r = rack
-        .http
-        .post(format!(
-            "{}/1.0/tokens/{}/seeds",
-            rack.api_url, rack.catalog.token
-        ))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(
+            reqwest::Method::POST,
+            format!("/1.0/tokens/{}/seeds", rack.catalog.token),
+        )
         .json(&json!({ "name": name, "public": true, "install_config": install_config }))
         .send()
         .await

@@ -50,9 +50,7 @@ async fn a_deployed_server_stages_a_published_update_through_its_registered_cert
         );
     }
     let r = rack
-        .http
-        .post(format!("{}/1.0/provisioning/updates", rack.api_url))
-        .bearer_auth(&rack.catalog.admin_token)
+        .admin(reqwest::Method::POST, "/1.0/provisioning/updates")
         .json(&json!({ "version": VERSION, "channels": ["stable"], "files": files }))
         .send()
         .await
