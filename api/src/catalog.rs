@@ -5,6 +5,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use racklift_deploy::profile_match::MatchRules;
 use racklift_store::{
     BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS, ProvisioningToken, Seed,
     StoreError,
@@ -196,14 +197,22 @@ pub(crate) fn check_profile(p: &NewBiosProfile) -> Result<(), ApiError> {
         }
     };
     object("match_rules", &p.match_rules)?;
-    if let Some(rules) = p.match_rules.as_object() {
-        for (k, v) in rules {
-            if !matches!(k.as_str(), "vendor" | "name_prefix") || !v.is_string() {
-                return Err(ApiError::invalid(
-                    &format!("match_rules.{k}"),
-                    "only \"vendor\" and \"name_prefix\" with string values are supported",
-                ));
-            }
+    // A key this version does not know would otherwise never match, or match where it should not, silently.
+    for (k, v) in p.match_rules.as_object().into_iter().flatten() {
+        let field = format!("match_rules.{k}");
+        if !MatchRules::KEYS.contains(&k.as_str()) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "unknown_match_key",
+                format!(
+                    "unknown match key {k:?}; the keys are {}",
+                    MatchRules::KEYS.join(", ")
+                ),
+            )
+            .field(field));
+        }
+        if v.as_str().is_none_or(|s| s.trim().is_empty()) {
+            return Err(ApiError::invalid(&field, "must be a non-empty string"));
         }
     }
     for (field, attrs) in [

@@ -11,10 +11,11 @@ use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use racklift_deploy::certificates::CertificateSet;
 use racklift_deploy::facts::{AttrValue, Fingerprint, KeyDb};
+use racklift_deploy::profile_match::ServerFacts;
 use racklift_deploy::record::{BiosPlan, SecureBootPlan};
 use racklift_deploy::secure_boot::AllowOverrides;
 use racklift_deploy::{Deployment, Plan};
-use racklift_store::{BiosProfile, NewDeployment, PUBLIC_ADDRESS, Server, ServerStatus, StoreError};
+use racklift_store::{BiosProfile, NewDeployment, PUBLIC_ADDRESS, ServerStatus, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -25,7 +26,7 @@ use crate::auth::{Caller, Operator};
 use crate::error::{ActionBody, ApiError, ErrorBody};
 use crate::openapi::OperatorErrors;
 use crate::preflight::{
-    bmc_read_error, check_bios, check_key_databases, check_system, preflight_client, select_slot,
+    check_bios, check_key_databases, check_system, preflight_client, read_server_facts, select_slot,
 };
 use crate::validate;
 use crate::views::DeploymentView;
@@ -52,6 +53,11 @@ pub struct DeployRequest {
     /// XCC): without it such a server is refused with `secure_boot_keys_not_writable`.
     #[serde(default)]
     pub skip_secure_boot_certificates: bool,
+    /// The server needs no BIOS settings: deploy although no BIOS profile matching it sets anything. Without it
+    /// such a server is refused with `no_bios_profile`; with it, a server whose matching profiles do set something
+    /// is refused with `bios_settings_matched` (the flag would otherwise hide what they set).
+    #[serde(default)]
+    pub no_bios_settings: bool,
 }
 
 #[derive(Deserialize, Default, ToSchema)]
@@ -251,26 +257,19 @@ async fn deploy(
             )
         })?;
     let image = crate::seeding::select_image(store.images().await?, &req)?;
-    let profiles: Vec<BiosProfile> = store
-        .bios_profiles()
-        .await?
-        .into_iter()
-        .filter(|p| profile_matches(p, &server))
-        .collect();
-    let (bios, secure_boot) = resolve_profiles(&profiles);
+    let catalog_profiles = store.bios_profiles().await?;
     // Last: the only checks that talk to the BMC, so cheap rejections come first.
     let client = preflight_client(state, &server).await?;
     check_system(&client, &server).await?;
     let slot = select_slot(&client, req.media_device.as_deref()).await?;
-    // Without a hostname in the seed, IncusOS registers under the system's SMBIOS UUID, which the BMC reports.
-    let system_uuid = client
-        .read_system()
-        .await
-        .map_err(bmc_read_error)?
-        .uuid
-        .map(|u| u.trim().to_owned())
-        .filter(|u| !u.is_empty());
-    check_bios(&client, &bios, &profiles).await?;
+    let report = read_server_facts(&client, &server).await?;
+    let profiles = matching_profiles(catalog_profiles, &report.facts);
+    let resolved = resolve_profiles(&profiles);
+    check_resolved(&report.facts, &profiles, &resolved, req.no_bios_settings)?;
+    let Resolved {
+        bios, secure_boot, ..
+    } = resolved;
+    check_bios(report.has_bios, &bios, &profiles)?;
     if !req.skip_secure_boot_certificates {
         check_key_databases(&client).await?;
     }
@@ -301,6 +300,8 @@ async fn deploy(
         force: req.force && !force_reboot,
         skip_secure_boot_certificates: req.skip_secure_boot_certificates,
         bios_profiles: profiles.iter().map(|p| p.name.clone()).collect(),
+        bios_matched_on: report.facts.clone(),
+        no_bios_settings: req.no_bios_settings,
         bios,
         secure_boot,
     };
@@ -316,7 +317,8 @@ async fn deploy(
         requested_by: caller.name().to_owned(),
         seed_archive: seeded.archive.bytes,
         registration_token: seeded.registration_token,
-        expected_hostname: seeded.expected_hostname.or(system_uuid),
+        // Without a hostname in the seed, IncusOS registers under the system's SMBIOS UUID.
+        expected_hostname: seeded.expected_hostname.or(report.system_uuid),
     };
     let (record, created) = state
         .store
@@ -334,6 +336,8 @@ async fn deploy(
         created,
         by = caller.name(),
         profiles = ?profiles.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        matched_on = %report.facts,
+        no_bios_settings = req.no_bios_settings,
         "deployment requested"
     );
     let status = if created {
@@ -345,18 +349,20 @@ async fn deploy(
     Ok((status, Json(view)).into_response())
 }
 
-fn profile_matches(p: &BiosProfile, server: &Server) -> bool {
-    let Some(rules) = p.match_rules.as_object() else {
-        return true;
-    };
-    rules.iter().all(|(k, v)| match (k.as_str(), v.as_str()) {
-        ("vendor", Some(vendor)) => server
-            .vendor_hint
-            .as_deref()
-            .is_some_and(|h| h.eq_ignore_ascii_case(vendor)),
-        ("name_prefix", Some(prefix)) => server.name.starts_with(prefix),
-        _ => false,
-    })
+/// The catalog's profiles whose rules hold for `facts`, in the catalog's order (lowest priority first). A stored
+/// profile whose rules no longer parse (written around the API's check) matches nothing, loudly.
+fn matching_profiles(catalog: Vec<BiosProfile>, facts: &ServerFacts) -> Vec<BiosProfile> {
+    catalog
+        .into_iter()
+        .filter(|p| match p.rules() {
+            Ok(rules) => rules.matches(facts),
+            Err(e) => {
+                tracing::warn!(server = %facts.name, profile = %p.name, error = %e,
+                    "BIOS profile with unreadable match rules skipped");
+                false
+            }
+        })
+        .collect()
 }
 
 /// A profile attribute as the BIOS plan holds it; `None` for shapes Redfish attributes cannot have.
@@ -404,8 +410,24 @@ pub fn allow_overrides(v: &Value) -> Option<AllowOverrides> {
     Some(out)
 }
 
+/// What the matching profiles resolve to.
+struct Resolved {
+    bios: BiosPlan,
+    secure_boot: SecureBootPlan,
+    /// Some profile has a secure boot rule (the built-in IncusOS certificates alone do not count: every
+    /// deployment has them).
+    secure_boot_rules: bool,
+}
+
+impl Resolved {
+    /// Spec 000's "resolve to something": an attribute, a deferred attribute or a secure boot rule.
+    fn is_empty(&self) -> bool {
+        self.bios.attributes.is_empty() && self.bios.deferred_attributes.is_empty() && !self.secure_boot_rules
+    }
+}
+
 /// Merges matching profiles, lowest priority first, so higher priorities win attribute by attribute.
-fn resolve_profiles(profiles: &[BiosProfile]) -> (BiosPlan, SecureBootPlan) {
+fn resolve_profiles(profiles: &[BiosProfile]) -> Resolved {
     let mut bios = BiosPlan::default();
     let mut layers = Vec::new();
     for p in profiles {
@@ -421,9 +443,62 @@ fn resolve_profiles(profiles: &[BiosProfile]) -> (BiosPlan, SecureBootPlan) {
         }
         layers.extend(allow_overrides(&p.secure_boot));
     }
+    let secure_boot_rules = layers.iter().flat_map(|l| l.values()).any(|v| !v.is_empty());
     // The IncusOS certificates shipped in this binary, and the profiles over the built-in allow lists.
     let secure_boot = SecureBootPlan::new(&CertificateSet::incusos(), &layers);
-    (bios, secure_boot)
+    Resolved {
+        bios,
+        secure_boot,
+        secure_boot_rules,
+    }
+}
+
+/// Spec 000: "The BIOS profiles matching the server resolve to something", unless the request says the server
+/// needs no BIOS settings. A server no profile was written for would otherwise deploy with whatever its BIOS
+/// holds; the refusal names what it was matched on, so a rule can be written for it. The flag is refused where
+/// profiles do set something, since the deployment would apply them all the same.
+fn check_resolved(
+    facts: &ServerFacts,
+    profiles: &[BiosProfile],
+    resolved: &Resolved,
+    no_bios_settings: bool,
+) -> Result<(), ApiError> {
+    let names = || {
+        profiles
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (resolved.is_empty(), no_bios_settings) {
+        (true, false) if profiles.is_empty() => Err(ApiError::unprocessable(
+            "no_bios_profile",
+            "bios_profiles",
+            format!(
+                "no BIOS profile matches server {facts}; add a profile whose match_rules hold for it, or set \
+                 no_bios_settings if it needs none"
+            ),
+        )),
+        (true, false) => Err(ApiError::unprocessable(
+            "no_bios_profile",
+            "bios_profiles",
+            format!(
+                "the BIOS profiles matching server {facts} ({}) set no attribute, deferred attribute or secure \
+                 boot rule; give them settings, or set no_bios_settings if it needs none",
+                names()
+            ),
+        )),
+        (false, true) => Err(ApiError::unprocessable(
+            "bios_settings_matched",
+            "no_bios_settings",
+            format!(
+                "no_bios_settings is set, but the BIOS profiles {} matching server {facts} set BIOS settings; \
+                 drop the flag to apply them, or change their match_rules",
+                names()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 async fn cancel(

@@ -1,8 +1,9 @@
-//! The deploy pre-flight's reads of the BMC: its client, the virtual media slot, the BIOS and the key
-//! databases. Each refusal names the input to change, so an impossible deployment is rejected before anything is
-//! touched.
+//! The deploy pre-flight's reads of the BMC: its client, the ComputerSystem and Bios resource BIOS profiles are
+//! matched on, the virtual media slot and the key databases. Each refusal names the input to change, so an
+//! impossible deployment is rejected before anything is touched.
 
 use axum::http::StatusCode;
+use racklift_deploy::profile_match::ServerFacts;
 use racklift_deploy::record::BiosPlan;
 use racklift_redfish::{BmcClient, ErrorClass, KeyDatabaseAccess, MediaSlot};
 use racklift_store::{BiosProfile, Server};
@@ -84,34 +85,65 @@ pub(crate) async fn check_system(client: &BmcClient, server: &Server) -> Result<
     }
 }
 
+/// What the pre-flight read of the server from its BMC.
+#[derive(Debug)]
+pub(crate) struct BmcReport {
+    /// The ComputerSystem's SMBIOS `UUID`: without a hostname in the seed, IncusOS registers under it.
+    pub system_uuid: Option<String>,
+    /// What BIOS profiles are matched on: the server's record and the BMC's `Manufacturer`, `Model`, `SKU` and
+    /// Bios `AttributeRegistry`.
+    pub facts: ServerFacts,
+    /// The BMC has a Bios resource for the ComputerSystem.
+    pub has_bios: bool,
+}
+
+/// Reads the ComputerSystem and, when there is one, its Bios resource: two GETs, whatever the profiles ask, so
+/// the deployment records what its profiles were matched on. A BMC without a Bios resource is not an error here
+/// (a profile matching on its registry then does not match; [`check_bios`] decides whether the deployment
+/// needs one).
+pub(crate) async fn read_server_facts(client: &BmcClient, server: &Server) -> Result<BmcReport, ApiError> {
+    let reported = |v: Option<String>| v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+    let system = client.read_system().await.map_err(bmc_read_error)?;
+    let bios = match client.read_bios().await {
+        Ok(bios) => Some(bios),
+        Err(e) if e.class() == ErrorClass::Unsupported => {
+            tracing::debug!(server = %server.name, error = %e, "deploy pre-flight: no Bios resource");
+            None
+        }
+        Err(e) => return Err(bmc_read_error(e)),
+    };
+    Ok(BmcReport {
+        system_uuid: reported(system.uuid),
+        facts: ServerFacts {
+            name: server.name.clone(),
+            vendor_hint: reported(server.vendor_hint.clone()),
+            manufacturer: reported(system.manufacturer),
+            model: reported(system.model),
+            sku: reported(system.sku),
+            attribute_registry: reported(bios.as_ref().and_then(|b| b.attribute_registry.clone())),
+        },
+        has_bios: bios.is_some(),
+    })
+}
+
 /// A BMC without a Bios resource can take a deployment only when no BIOS profile sets an attribute for the
-/// server: refused here, rather than failing at the BIOS check minutes later. With nothing to set, the BIOS is not
-/// read at all here (the deployment passes it by and records why).
-pub(crate) async fn check_bios(
-    client: &BmcClient,
-    plan: &BiosPlan,
-    profiles: &[BiosProfile],
-) -> Result<(), ApiError> {
+/// server: refused here, rather than failing at the BIOS check minutes later. With nothing to set, the
+/// deployment passes the BIOS by and records why.
+pub(crate) fn check_bios(has_bios: bool, plan: &BiosPlan, profiles: &[BiosProfile]) -> Result<(), ApiError> {
     let wanted = plan.attributes.len() + plan.deferred_attributes.len();
-    if wanted == 0 {
+    if wanted == 0 || has_bios {
         return Ok(());
     }
-    match client.read_bios().await {
-        Ok(_) => Ok(()),
-        Err(e) if e.class() == ErrorClass::Unsupported => {
-            let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
-            Err(ApiError::unprocessable(
-                "bios_absent",
-                "name",
-                format!(
-                    "the BMC has no Bios resource, and the BIOS profiles {} set {wanted} attribute(s) for this \
-                     server; change the profiles' match rules or remove their attributes",
-                    names.join(", ")
-                ),
-            ))
-        }
-        Err(e) => Err(bmc_read_error(e)),
-    }
+    let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+    Err(ApiError::unprocessable(
+        "bios_absent",
+        "name",
+        format!(
+            "the BMC has no Bios resource, and the BIOS profiles {} set {wanted} attribute(s) for this server; \
+             change the profiles' match rules or remove their attributes",
+            names.join(", ")
+        ),
+    ))
 }
 
 /// The key databases the secure boot state rewrites must be exposed, and PK, KEK and db writable (a

@@ -96,6 +96,11 @@ pub struct DeploymentView {
     pub force: bool,
     /// Which catalog entries the snapshotted BIOS plan came from; they may have changed since.
     pub bios_profiles: Vec<String>,
+    /// What the profiles were matched on: the server's record and its BMC's reports at pre-flight (all unknown
+    /// on deployments requested before they were recorded).
+    pub bios_matched_on: racklift_deploy::profile_match::ServerFacts,
+    /// The request said the server needs no BIOS settings.
+    pub no_bios_settings: bool,
     pub cancel: Option<Value>,
     pub requested_by: String,
     pub created_at: DateTime<Utc>,
@@ -142,6 +147,8 @@ impl DeploymentView {
             seed: d.seed.clone(),
             force: d.deployment.plan.force,
             bios_profiles: d.deployment.plan.bios_profiles.clone(),
+            bios_matched_on: d.deployment.plan.bios_matched_on.clone(),
+            no_bios_settings: d.deployment.plan.no_bios_settings,
             cancel: d.cancel.clone(),
             requested_by: d.requested_by.clone(),
             created_at: d.created_at,

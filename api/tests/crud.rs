@@ -263,6 +263,57 @@ async fn catalog_round_trip_and_validation() {
         )
         .await;
     assert_eq!((s, field(&v)), (400, Some("attributes.A")));
+    // A match key this version does not know is refused, naming it; so is a rule that could match nothing.
+    for (rules, want, at) in [
+        (
+            json!({ "vendor": "dell", "colour": "red" }),
+            "unknown_match_key",
+            "match_rules.colour",
+        ),
+        (
+            json!({ "Manufacturer": "Dell Inc." }),
+            "unknown_match_key",
+            "match_rules.Manufacturer",
+        ),
+        (
+            json!({ "manufacturer": "" }),
+            "invalid_field",
+            "match_rules.manufacturer",
+        ),
+        (json!({ "sku": 7 }), "invalid_field", "match_rules.sku"),
+    ] {
+        let (s, v) = api
+            .call(
+                Method::POST,
+                "/1.0/bios-profiles",
+                ADMIN,
+                Some(json!({ "name": "p", "match_rules": rules })),
+            )
+            .await;
+        assert_eq!((s, code(&v), field(&v)), (400, want, Some(at)), "{v}");
+    }
+    let (s, v) = api.call(Method::GET, "/1.0/bios-profiles", VIEWER, None).await;
+    assert_eq!(
+        (s, v.as_array().map(Vec::len)),
+        (200, Some(0)),
+        "nothing refused was stored"
+    );
+    // Every key on what the BMC reports is taken, stored as given.
+    let bmc_rules = json!({ "manufacturer": "Dell Inc.", "model": "PowerEdge R7", "sku": "F54P1G3",
+                            "attribute_registry": "BiosAttributeRegistry" });
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/bios-profiles",
+            ADMIN,
+            Some(json!({ "name": "r750", "match_rules": bmc_rules })),
+        )
+        .await;
+    assert_eq!((s, &v["match_rules"]), (200, &bmc_rules), "{v}");
+    let (s, _) = api
+        .call(Method::DELETE, "/1.0/bios-profiles/r750", ADMIN, None)
+        .await;
+    assert_eq!(s, 204);
     let (s, _) = api
         .call(Method::POST, "/1.0/bios-profiles", ADMIN, Some(json!({ "name": "p", "match_rules": { "vendor": "dell" },
               "attributes": { "SriovGlobalEnable": "Enabled", "Cores": 8 }, "secure_boot": { "db": ["ab"] } })))

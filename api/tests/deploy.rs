@@ -326,8 +326,198 @@ async fn preflight_refuses_bios_attributes_a_bmc_without_bios_cannot_take() {
         .call(Method::DELETE, "/1.0/bios-profiles/generic", ADMIN, None)
         .await;
     assert!(s == 200 || s == 204, "{s}");
+    let body = json!({ "token": token, "seed": "web", "no_bios_settings": true });
     let (s, v) = deploy(&api, "node1", body, None).await;
     assert_eq!(s, 202, "{v}");
+    api.stop().await;
+    sim.shutdown().await;
+}
+
+/// Another server record for the simulated BMC `i`, so one simulator takes several deployments.
+async fn add_server(api: &Api, sim: &SimHandle, i: usize, name: &str, vendor_hint: Option<&str>) {
+    let (user, pass) = sim.credentials();
+    let server = json!({ "name": name, "bmc_address": sim.bmc_url(i), "bmc_username": user,
+                         "bmc_password_ref": api.password_file(pass), "vendor_hint": vendor_hint,
+                         "allow_plain_http": true });
+    let (s, v) = api.call(Method::POST, "/1.0/servers", ADMIN, Some(server)).await;
+    assert_eq!(s, 201, "{v}");
+}
+
+async fn stored_plan(api: &Api, deployment: &Value) -> Value {
+    let (plan,): (Value,) = sqlx::query_as("SELECT plan FROM deployments WHERE id = $1")
+        .bind(deployment["id"].as_i64().expect("a deployment id"))
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    plan
+}
+
+/// Spec 000: the BIOS profiles matching the server resolve to something. No matching profile, or matching
+/// profiles that set nothing, is refused naming the server and what it was matched on, unless the request says
+/// the server needs no BIOS settings; that flag is refused where the profiles do set something.
+#[tokio::test]
+async fn profiles_that_resolve_to_nothing_are_refused_unless_no_bios_settings() {
+    let api = Api::start().await;
+    let sim = start_sim().await;
+    let (token, _) = catalog(&api, &sim, 4096).await;
+    set_public_address(&api).await;
+    for name in ["node2", "node3"] {
+        add_server(&api, &sim, 0, name, Some("contoso")).await;
+    }
+    let body = |extra: Value| {
+        let mut b = json!({ "token": token, "seed": "web" });
+        b.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        b
+    };
+
+    // `catalog`'s profile matches the vendor hint "generic" only.
+    let (s, v) = deploy(&api, "node2", body(json!({})), None).await;
+    assert_eq!(
+        (s, code(&v), field(&v)),
+        (422, "no_bios_profile", Some("bios_profiles")),
+        "{v}"
+    );
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    for says in [
+        "node2",
+        "vendor hint \"contoso\"",
+        "manufacturer \"Contoso\"",
+        "model \"3500RX\"",
+        "no SKU",
+        "BiosAttributeRegistryContoso.v1_0_0",
+        "no_bios_settings",
+    ] {
+        assert!(message.contains(says), "{says}: {v}");
+    }
+
+    // A profile that matches but sets nothing resolves to nothing too.
+    let empty = json!({ "name": "contoso-empty", "match_rules": { "vendor": "contoso" },
+                        "secure_boot": { "db": null } });
+    let (s, v) = api
+        .call(Method::POST, "/1.0/bios-profiles", ADMIN, Some(empty))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = deploy(&api, "node2", body(json!({})), None).await;
+    assert_eq!((s, code(&v)), (422, "no_bios_profile"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("contoso-empty"),
+        "{v}"
+    );
+    assert!(
+        api.store.latest_deployment("node2").await.unwrap().is_none(),
+        "nothing was started"
+    );
+
+    // The request says the server needs none: deployed with an empty plan, and the deployment says why.
+    let (s, created) = deploy(&api, "node2", body(json!({ "no_bios_settings": true })), None).await;
+    assert_eq!(s, 202, "{created}");
+    assert_eq!(created["no_bios_settings"], true, "{created}");
+    assert_eq!(created["bios_matched_on"]["vendor_hint"], "contoso", "{created}");
+    let plan = stored_plan(&api, &created).await;
+    assert_eq!(
+        plan["bios"],
+        json!({ "attributes": {}, "deferred_attributes": {} }),
+        "{plan}"
+    );
+    assert_eq!(plan["bios_profiles"], json!(["contoso-empty"]), "{plan}");
+    assert_eq!(plan["no_bios_settings"], true, "{plan}");
+
+    // A secure boot rule is something: the flag is refused, since the rule would apply all the same.
+    let rule = json!({ "name": "contoso-empty", "match_rules": { "vendor": "contoso" },
+                       "secure_boot": { "db": ["aa"] } });
+    let (s, v) = api
+        .call(Method::POST, "/1.0/bios-profiles", ADMIN, Some(rule))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = deploy(&api, "node3", body(json!({ "no_bios_settings": true })), None).await;
+    assert_eq!(
+        (s, code(&v), field(&v)),
+        (422, "bios_settings_matched", Some("no_bios_settings")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("contoso-empty"),
+        "{v}"
+    );
+    let (s, v) = deploy(&api, "node3", body(json!({})), None).await;
+    assert_eq!(s, 202, "{v}");
+    assert_eq!(v["no_bios_settings"], false, "{v}");
+    api.stop().await;
+    sim.shutdown().await;
+}
+
+/// Profiles match on what the BMC reports: a Dell-like BMC's `Manufacturer` alone selects a profile for a server
+/// without a vendor hint; a wrong `Model` or a `SKU` the BMC does not report selects nothing; the Bios resource's
+/// `AttributeRegistry` matches by its name without a version.
+#[tokio::test]
+async fn profiles_match_on_what_the_bmc_reports() {
+    let api = Api::start().await;
+    set_public_address(&api).await;
+    let sim =
+        Sim::start(SimConfig::new(1, PersonalityChoice::Single(Personality::Dell)).with_time_scale(0.001))
+            .await
+            .expect("simulator");
+    let (token, _) = deploy_catalog(&api, 4096).await;
+    add_server(&api, &sim, 0, "r750", None).await;
+    for profile in [
+        json!({ "name": "dell", "match_rules": { "manufacturer": "dell inc." }, "priority": 2,
+                "attributes": { "ProcVirtualization": "Enabled" } }),
+        json!({ "name": "dell-r650", "match_rules": { "manufacturer": "Dell Inc.", "model": "PowerEdge R650" },
+                "priority": 3, "attributes": { "ProcVirtualization": "Disabled" } }),
+        json!({ "name": "by-sku", "match_rules": { "sku": "F54P1G3" }, "priority": 4,
+                "attributes": { "ProcVirtualization": "Disabled" } }),
+        json!({ "name": "r750-registry", "match_rules": { "attribute_registry": "BiosAttributeRegistryR750" },
+                "priority": 1, "deferred_attributes": { "SriovGlobalEnable": "Enabled" } }),
+    ] {
+        let (s, v) = api
+            .call(Method::POST, "/1.0/bios-profiles", ADMIN, Some(profile))
+            .await;
+        assert_eq!(s, 200, "{v}");
+    }
+
+    let (s, created) = deploy(&api, "r750", json!({ "token": token, "seed": "web" }), None).await;
+    assert_eq!(s, 202, "{created}");
+    assert_eq!(
+        created["bios_profiles"],
+        json!(["r750-registry", "dell"]),
+        "{created}"
+    );
+    let facts = &created["bios_matched_on"];
+    assert_eq!(
+        (
+            &facts["manufacturer"],
+            &facts["model"],
+            &facts["sku"],
+            &facts["attribute_registry"]
+        ),
+        (
+            &json!("Dell Inc."),
+            &json!("PowerEdge R750"),
+            &Value::Null,
+            &json!("BiosAttributeRegistryR750.v1_0_0")
+        ),
+        "{created}"
+    );
+    let plan = stored_plan(&api, &created).await;
+    assert_eq!(
+        plan["bios"]["attributes"],
+        json!({ "ProcVirtualization": "Enabled" }),
+        "{plan}"
+    );
+    assert_eq!(
+        plan["bios"]["deferred_attributes"],
+        json!({ "SriovGlobalEnable": "Enabled" }),
+        "{plan}"
+    );
+    assert_eq!(plan["bios_matched_on"], *facts, "{plan}");
     api.stop().await;
     sim.shutdown().await;
 }
@@ -434,7 +624,9 @@ async fn preflight_refuses_key_databases_redfish_cannot_write() {
         ("sb-none", true, 202, None),
     ];
     for (server, skip, status, says) in cases {
-        let body = json!({ "token": token, "seed": "web", "skip_secure_boot_certificates": skip });
+        // No profile matches these servers; the key databases are what is checked here.
+        let body = json!({ "token": token, "seed": "web", "skip_secure_boot_certificates": skip,
+                           "no_bios_settings": true });
         let (s, v) = deploy(&api, server, body, None).await;
         assert_eq!(s, status, "{server} skip={skip}: {v}");
         if let Some(says) = says {

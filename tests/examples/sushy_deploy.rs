@@ -9,8 +9,9 @@
 //! The fake driver has no Bios resource and never boots anything: it takes power, boot and virtual media calls
 //! (downloading the image on insert) and reports nothing a boot could be seen by. So racklift must
 //! 1. refuse the deploy with 422 `bios_absent` naming `name` while a BIOS profile sets an attribute for it;
-//! 2. with none planned, pass CheckBIOS by with `BiosAbsent`, drive the power and media steps, and end at
-//!    WaitInstall on the install backstop (`WaitTimeout`), in bounded attempts, instead of retrying.
+//! 2. with none planned (the request says the server needs no BIOS settings), pass CheckBIOS by with
+//!    `BiosAbsent`, drive the power and media steps, and end at WaitInstall on the install backstop
+//!    (`WaitTimeout`), in bounded attempts, instead of retrying.
 //!
 //! The timing is set through racklift's configuration (`CONFIG`, loaded as a `racklift.toml` is), short enough
 //! that the run ends in well under two minutes.
@@ -155,10 +156,11 @@ impl Api<'_> {
         )
     }
 
-    async fn deploy(&self) -> Res<reqwest::Response> {
+    async fn deploy(&self, no_bios_settings: bool) -> Res<reqwest::Response> {
         let mut request = demo::deploy_request(&self.rack.catalog, "generic");
         // sushy's SecureBoot resource links no key databases: the pre-flight refuses to enrol into none.
         request.skip_secure_boot_certificates = true;
+        request.no_bios_settings = no_bios_settings;
         self.post(&format!("/1.0/provisioning/servers/{SERVER}:deploy"), &request)
             .await
     }
@@ -226,7 +228,7 @@ async fn refused_with_attributes(api: &Api<'_>) -> Res<()> {
         format!("BIOS profile {PROFILE} stored ({})", response.status()),
     )?;
 
-    let refused = api.deploy().await?;
+    let refused = api.deploy(false).await?;
     let status = refused.status();
     let body: ErrorReply = refused.json().await?;
     println!("info refusal: {}", body.error.message);
@@ -251,7 +253,8 @@ async fn refused_with_attributes(api: &Api<'_>) -> Res<()> {
 
 /// Step 2: accepted, followed through its transitions until it ends.
 async fn runs_to_a_clear_end(api: &Api<'_>, config: &racklift_deploy::Config) -> Res<()> {
-    let accepted = api.deploy().await?;
+    // No profile is left for the server: the request says it needs no BIOS settings.
+    let accepted = api.deploy(true).await?;
     let status = accepted.status();
     if status != 202 {
         return Err(format!("FAIL deploy accepted: {status}: {}", accepted.text().await?).into());

@@ -220,5 +220,43 @@ async fn deployments_are_started_and_canceled_in_bulk() {
     let events = events_of(&rack, b, "cancel_requested").await;
     assert_eq!(events.len(), 3, "{events:?}");
     assert!(events[2]["detail"].get("reason").is_none(), "{events:?}");
+
+    // With no BIOS profile left, a bulk deploy is refused for each server until it says they need none.
+    let removed = admin(&rack, &["bios-profile", "remove", "incusos-baseline"]).await;
+    assert!(removed.status.success(), "{}", describe(&removed));
+    let name_c = format!("name={c}");
+    let mut only_c = vec![
+        "server",
+        "deploy",
+        "--all",
+        "--filter",
+        &name_c,
+        "--token",
+        &token,
+        "--seed",
+        &rack.catalog.seed,
+        "--yes",
+    ];
+    let out = admin(&rack, &only_c).await;
+    assert_refused(&out, "1 of 1 servers failed");
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with(&format!("{c}: failed: no_bios_profile"))),
+        "{}",
+        describe(&out)
+    );
+    assert!(rack.store.latest_deployment(c).await.unwrap().is_none());
+    only_c.push("--no-bios-settings");
+    let out = admin(&rack, &only_c).await;
+    assert!(out.status.success(), "{}", describe(&out));
+    let deployment = rack
+        .store
+        .latest_deployment(c)
+        .await
+        .unwrap()
+        .expect("c's deployment");
+    assert!(deployment.deployment.plan.no_bios_settings);
+    assert!(deployment.deployment.plan.bios_profiles.is_empty());
     rack.stop().await;
 }

@@ -1,6 +1,7 @@
 //! A BMC without a Bios resource (as on some of DMTF's mockups and sushy-tools' fake driver), end to end: while
 //! a BIOS profile sets attributes for the server the deploy request is refused before anything is touched; with
-//! none, the deployment passes the BIOS by, says why, and completes.
+//! none, it is refused until the request says the server needs no BIOS settings, and then the deployment passes
+//! the BIOS by, says why, and completes.
 
 use std::time::Duration;
 
@@ -38,7 +39,25 @@ async fn a_bmc_without_bios_is_refused_with_attributes_and_deploys_without() {
         .await
         .expect("the API answers");
     assert!(r.status().is_success(), "{}", r.status());
-    assert_eq!(rack.deploy(&name, json!({})).await.status(), 202);
+    // No profile is left for it: refused until the request says the server needs no BIOS settings.
+    let refused = rack.deploy(&name, json!({})).await;
+    assert_eq!(refused.status(), 422);
+    let body: Value = refused.json().await.expect("an error body");
+    assert_eq!(body["error"]["code"], "no_bios_profile", "{body}");
+    assert!(
+        rack.store.latest_deployment(&name).await.expect("read").is_none(),
+        "nothing was started"
+    );
+    let accepted = rack.deploy(&name, json!({ "no_bios_settings": true })).await;
+    assert_eq!(accepted.status(), 202);
+    let body: Value = accepted.json().await.expect("the deployment");
+    assert_eq!(body["no_bios_settings"], true, "{body}");
+    assert_eq!(body["bios_profiles"], json!([]), "{body}");
+    assert_eq!(
+        body["bios_matched_on"]["attribute_registry"],
+        Value::Null,
+        "{body}"
+    );
     rack.wait_completed(&name, Duration::from_secs(120)).await;
     let passed_by: Vec<_> = rack
         .transitions(&name)

@@ -244,8 +244,9 @@ pub struct ProfileArgs {
 
 #[derive(clap::Subcommand)]
 enum ProfileCommand {
+    // Boxed: its match flags make it far larger than the other commands.
     /// Create or replace a BIOS profile (the whole profile: what neither the file nor a flag sets is cleared).
-    Set(SetProfile),
+    Set(Box<SetProfile>),
     /// List the BIOS profiles.
     List {
         /// Print the API's JSON instead of a table.
@@ -279,6 +280,19 @@ struct SetProfile {
     /// Apply only to servers whose name starts with this.
     #[arg(long, value_name = "PREFIX")]
     match_name_prefix: Option<String>,
+    /// Apply only to servers whose BMC reports this ComputerSystem Manufacturer (any case): "Dell Inc.".
+    #[arg(long, value_name = "MANUFACTURER")]
+    match_manufacturer: Option<String>,
+    /// Apply only to servers whose BMC reports a ComputerSystem Model starting with this (any case).
+    #[arg(long, value_name = "MODEL")]
+    match_model: Option<String>,
+    /// Apply only to servers whose BMC reports this ComputerSystem SKU (any case).
+    #[arg(long, value_name = "SKU")]
+    match_sku: Option<String>,
+    /// Apply only to servers whose Bios resource names this AttributeRegistry; without a version
+    /// ("BiosAttributeRegistryA42") any version matches.
+    #[arg(long, value_name = "REGISTRY")]
+    match_attribute_registry: Option<String>,
     /// A BIOS attribute, NAME=VALUE; true/false and integers are typed, anything else is a string (a JSON
     /// string, NAME="4", forces one).
     #[arg(long = "attribute", value_name = "NAME=VALUE", value_parser = attribute)]
@@ -327,6 +341,10 @@ impl SetProfile {
         for (key, value) in [
             ("vendor", &self.match_vendor),
             ("name_prefix", &self.match_name_prefix),
+            ("manufacturer", &self.match_manufacturer),
+            ("model", &self.match_model),
+            ("sku", &self.match_sku),
+            ("attribute_registry", &self.match_attribute_registry),
         ] {
             if let Some(value) = value {
                 object_at(&mut doc, "match_rules")?.insert(key.into(), json!(value));
@@ -517,6 +535,10 @@ mod tests {
             priority: None,
             match_vendor: None,
             match_name_prefix: None,
+            match_manufacturer: None,
+            match_model: None,
+            match_sku: None,
+            match_attribute_registry: None,
             attributes: Vec::new(),
             deferred_attributes: Vec::new(),
             json: false,
@@ -528,11 +550,17 @@ mod tests {
         let mut p = set("dell-base");
         p.priority = Some(3);
         p.match_vendor = Some("dell".into());
+        p.match_manufacturer = Some("Dell Inc.".into());
+        p.match_model = Some("PowerEdge R7".into());
+        p.match_sku = Some("F54P1G3".into());
+        p.match_attribute_registry = Some("BiosAttributeRegistry".into());
         p.attributes = vec![("BootMode".into(), json!("Uefi"))];
         p.deferred_attributes = vec![("SriovGlobalEnable".into(), json!("Enabled"))];
         assert_eq!(
             p.body().unwrap(),
-            json!({ "name": "dell-base", "priority": 3, "match_rules": { "vendor": "dell" },
+            json!({ "name": "dell-base", "priority": 3,
+                    "match_rules": { "vendor": "dell", "manufacturer": "Dell Inc.", "model": "PowerEdge R7",
+                                     "sku": "F54P1G3", "attribute_registry": "BiosAttributeRegistry" },
                     "attributes": { "BootMode": "Uefi" },
                     "deferred_attributes": { "SriovGlobalEnable": "Enabled" } })
         );

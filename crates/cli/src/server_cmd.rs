@@ -180,6 +180,10 @@ struct DeployArgs {
     /// Leave the UEFI key databases alone (for BMCs that cannot modify them through Redfish).
     #[arg(long)]
     skip_secure_boot_certificates: bool,
+    /// The server needs no BIOS settings: deploy although no BIOS profile matching it sets anything (refused
+    /// where one does).
+    #[arg(long)]
+    no_bios_settings: bool,
     /// Makes a retried request answer with the original deployment instead of "deployment running" (keys are
     /// per server, so one key makes a whole --all run safe to retry).
     #[arg(long, value_name = "KEY")]
@@ -221,6 +225,7 @@ struct DeployBody {
     seed: String,
     force: bool,
     skip_secure_boot_certificates: bool,
+    no_bios_settings: bool,
 }
 
 /// The body of `…:cancel-deploy`.
@@ -466,6 +471,7 @@ async fn deploy(client: &Client, args: DeployArgs) -> anyhow::Result<()> {
         seed: args.seed,
         force: args.force,
         skip_secure_boot_certificates: args.skip_secure_boot_certificates,
+        no_bios_settings: args.no_bios_settings,
     })?;
     let Some(name) = args.name else {
         return bulk::deploy(

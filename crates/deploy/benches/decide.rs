@@ -42,6 +42,7 @@ fn plan() -> Plan {
                 .collect(),
             allow: [(KeyDb::Db, [fp("msca"), fp("mswin")].into())].into(),
         },
+        ..Plan::default()
     }
 }
 

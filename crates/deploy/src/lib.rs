@@ -12,6 +12,7 @@
 //! - [`rolling`]: the rolling update / reboot table.
 //! - [`mermaid`]: the diagrams generated from the tables.
 //! - [`triage`]: where a failed deployment may be resumed, and how overdue a live one is.
+//! - [`profile_match`]: which BIOS profiles apply to a server, from its record and its BMC's reports.
 //! - [`certificates`], [`secure_boot`]: the shipped secure boot certificates, and judging the key
 //!   databases against them.
 //!
@@ -51,6 +52,7 @@ pub mod explain;
 pub mod facts;
 mod install;
 pub mod mermaid;
+pub mod profile_match;
 pub mod ranges;
 pub mod reboot;
 pub mod record;

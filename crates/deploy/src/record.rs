@@ -12,6 +12,7 @@ use crate::Time;
 use crate::decision::Failure;
 use crate::eject::EjectRace;
 use crate::facts::{AttrValue, Fingerprint, KeyDb};
+use crate::profile_match::ServerFacts;
 use crate::reboot::RebootWatch;
 use crate::table::State;
 
@@ -52,6 +53,10 @@ pub struct Plan {
     /// snapshot alone cannot say where a value came from once the catalog has changed; empty on
     /// plans stored before the names were recorded.
     pub bios_profiles: Vec<String>,
+    /// What the profiles were matched on; all unknown on plans stored before the facts were recorded.
+    pub bios_matched_on: ServerFacts,
+    /// The request said the server needs no BIOS settings, so no matching profile was required.
+    pub no_bios_settings: bool,
     pub bios: BiosPlan,
     pub secure_boot: SecureBootPlan,
 }

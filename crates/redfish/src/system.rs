@@ -81,6 +81,15 @@ pub struct SystemInfo {
     /// `UUID`: the system's SMBIOS UUID, IncusOS's default hostname.
     #[serde(rename = "UUID", default)]
     pub uuid: Option<String>,
+    /// `Manufacturer` (`Dell Inc.`, `HPE`, `Lenovo`, `Supermicro`): what BIOS profiles may match on.
+    #[serde(default)]
+    pub manufacturer: Option<String>,
+    /// `Model` (`PowerEdge R750`).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// `SKU` (`7Z23CTO1WW`); absent on some BMCs.
+    #[serde(rename = "SKU", default)]
+    pub sku: Option<String>,
     /// `PowerState` (absent on some BMCs while they boot).
     #[serde(default)]
     pub power_state: Option<PowerState>,

@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use racklift_deploy::profile_match::MatchRules;
+
 use crate::install_config::InstallConfig;
 use crate::{Store, StoreError, sha256_hex};
 
@@ -109,6 +111,7 @@ pub struct NewSeed {
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct BiosProfile {
     pub name: String,
+    #[schema(value_type = MatchRules)]
     pub match_rules: Value,
     pub priority: i32,
     pub attributes: Value,
@@ -118,12 +121,25 @@ pub struct BiosProfile {
     pub updated_at: DateTime<Utc>,
 }
 
+impl BiosProfile {
+    /// The profile's match rules, typed; an error only for a row written around the API's check (`null` reads as
+    /// no rules).
+    pub fn rules(&self) -> Result<MatchRules, serde_json::Error> {
+        if self.match_rules.is_null() {
+            return Ok(MatchRules::default());
+        }
+        MatchRules::deserialize(&self.match_rules)
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewBiosProfile {
     #[schema(pattern = r"^[a-z0-9][a-z0-9._-]{0,62}$", example = "rack1-node07")]
     pub name: String,
-    /// Which servers the profile applies to.
+    /// Which servers the profile applies to: every key given must hold (no rules: every server). The keys are
+    /// the operator's hints (`vendor`, `name_prefix`) and what the BMC reports (`manufacturer`, `model`, `sku`,
+    /// `attribute_registry`); an unknown key is refused, naming it.
     #[serde(default)]
     #[schema(value_type = Option<MatchRules>)]
     pub match_rules: Value,
@@ -179,19 +195,6 @@ pub enum KeyDbRules {
     None,
     Allow(Vec<String>),
     Verdicts(std::collections::HashMap<String, Option<bool>>),
-}
-
-/// The schema of a BIOS profile's `match_rules` (stored as JSON).
-#[derive(Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct MatchRules {
-    /// The server's vendor hint.
-    #[serde(default)]
-    vendor: String,
-    /// A prefix of the server's name.
-    #[serde(default)]
-    name_prefix: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]

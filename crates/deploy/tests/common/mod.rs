@@ -43,6 +43,7 @@ pub fn plan() -> Plan {
             .into(),
             allow: [(KeyDb::Db, [fp("msca")].into())].into(),
         },
+        ..Plan::default()
     }
 }
 
