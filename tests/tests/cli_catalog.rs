@@ -360,6 +360,14 @@ async fn the_catalog_is_kept_from_the_terminal() {
             "5",
             "--match-vendor",
             "dell",
+            "--match-manufacturer",
+            "Dell Inc.",
+            "--match-model",
+            "PowerEdge R7",
+            "--match-sku",
+            "F54P1G3",
+            "--match-attribute-registry",
+            "BiosAttributeRegistry",
             "--attribute",
             "BootMode=Uefi",
             "--deferred-attribute",
@@ -375,7 +383,11 @@ async fn the_catalog_is_kept_from_the_terminal() {
         .and_then(|a| a.iter().find(|p| p["name"] == "dell-base"))
         .unwrap_or_else(|| panic!("no dell-base profile: {profiles}"));
     assert_eq!(dell["priority"], 5);
-    assert_eq!(dell["match_rules"]["vendor"], "dell");
+    assert_eq!(
+        dell["match_rules"],
+        serde_json::json!({ "vendor": "dell", "manufacturer": "Dell Inc.", "model": "PowerEdge R7",
+                            "sku": "F54P1G3", "attribute_registry": "BiosAttributeRegistry" })
+    );
     assert_eq!(dell["attributes"]["Cores"], 8);
     assert_eq!(dell["attributes"]["BootMode"], "Uefi");
     assert_eq!(dell["deferred_attributes"]["SriovGlobalEnable"], "Enabled");
@@ -393,6 +405,10 @@ async fn the_catalog_is_kept_from_the_terminal() {
     assert_refused(
         &admin(&rack, &["bios-profile", "set", "bad", "--file", &bad]).await,
         "match_rules.colour",
+    );
+    assert_refused(
+        &admin(&rack, &["bios-profile", "set", "bad", "--match-sku", " "]).await,
+        "match_rules.sku",
     );
     let out = admin(&rack, &["bios-profile", "remove", "dell-base"]).await;
     assert!(out.status.success(), "{}", describe(&out));
