@@ -251,6 +251,7 @@ async fn deploy(
             )
         })?;
     let image = crate::seeding::select_image(store.images().await?, &req)?;
+    crate::update_catalog::check_incus_offered(store, &image).await?;
     let profiles: Vec<BiosProfile> = store
         .bios_profiles()
         .await?
