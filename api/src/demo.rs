@@ -1,13 +1,14 @@
 //! The catalog `racklift up` and the end-to-end tests start from: servers for a rack of BMCs, a provisioning
-//! token with a public seed, a BIOS profile, a generated image, the public address, and an admin API token.
+//! token with a public seed, a BIOS profile, a generated image, an update on the image's channel holding the
+//! Incus application, the public address, and an admin API token.
 
 use std::io::Seek;
 use std::path::{Path, PathBuf};
 
 use chrono::{Duration as TimeDelta, Utc};
 use racklift_store::{
-    Image, NewBiosProfile, NewImage, NewSeed, NewServer, NewToken, PUBLIC_ADDRESS, Role, ServerUpdate, Store,
-    StoreError,
+    Image, NewBiosProfile, NewImage, NewSeed, NewServer, NewToken, NewUpdate, PUBLIC_ADDRESS, Role,
+    ServerUpdate, Store, StoreError, UpdateFile,
 };
 use serde_json::json;
 
@@ -32,6 +33,98 @@ pub struct DemoCatalog {
     pub token: Uuid,
     pub seed: String,
     pub image: Image,
+    /// The version of the update published on the image's channel ([`DEMO_UPDATE_VERSION`]).
+    pub update_version: String,
+}
+
+/// The version of the demo catalog's update: the version the simulated IncusOS installs as (so it finds nothing
+/// newer to reboot into), holding only the Incus application a fresh install fetches before it registers.
+pub const DEMO_UPDATE_VERSION: &str = "202611010000";
+
+/// CRC-32 (ISO-HDLC, the one gzip's trailer holds), bit by bit: the demo's files are a few dozen bytes.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in data {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// `data` as a gzip member (RFC 1952) of stored deflate blocks (RFC 1951 `BTYPE=00`): valid gzip for any reader
+/// (IncusOS gunzips every file it downloads) without a compression library.
+pub fn stored_gzip(data: &[u8]) -> Vec<u8> {
+    // ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=unknown.
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+    let mut chunks = data.chunks(usize::from(u16::MAX)).peekable();
+    if chunks.peek().is_none() {
+        out.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
+    }
+    while let Some(chunk) = chunks.next() {
+        out.push(u8::from(chunks.peek().is_none()));
+        let len = chunk.len() as u16;
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(!len).to_le_bytes());
+        out.extend_from_slice(chunk);
+    }
+    out.extend_from_slice(&crc32(data).to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out
+}
+
+/// Publishes [`DEMO_UPDATE_VERSION`] on `image`'s channel: `<architecture>/incus.raw.gz`, a small gzip file
+/// written into `dir` (inside the images directory, where the catalog serves files from). A fresh IncusOS installs
+/// Incus from the first update of its channel before it can register, and the deploy pre-flight refuses a channel
+/// without one. Already published (a restart of `racklift up`): left as it is.
+pub async fn publish_demo_update(store: &Store, dir: &Path, image: &Image) -> Result<String, DemoError> {
+    let filename = format!("{}/{}", image.architecture, crate::update_catalog::INCUS_FILE);
+    let path = dir.join("updates").join(DEMO_UPDATE_VERSION).join(&filename);
+    let data = stored_gzip(
+        format!(
+            "racklift demo: stands in for the Incus system extension of IncusOS {DEMO_UPDATE_VERSION} ({})\n",
+            image.architecture
+        )
+        .as_bytes(),
+    );
+    let write = |path: &Path| -> std::io::Result<PathBuf> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, &data)?;
+        std::fs::canonicalize(path)
+    };
+    let path = write(&path).map_err(DemoError::Update)?;
+    let architecture = if crate::update_catalog::ARCHITECTURES.contains(&image.architecture.as_str()) {
+        image.architecture.clone()
+    } else {
+        String::new()
+    };
+    let published = store
+        .publish_update(&NewUpdate {
+            version: DEMO_UPDATE_VERSION.to_owned(),
+            channels: vec![image.channel.clone()],
+            published_by: "demo".to_owned(),
+            files: vec![UpdateFile {
+                filename,
+                size_bytes: data.len() as i64,
+                component: "incus".to_owned(),
+                file_type: "application".to_owned(),
+                architecture,
+                sha256: racklift_store::sha256_hex(&data),
+                path: path.to_string_lossy().into_owned(),
+            }],
+        })
+        .await;
+    match published {
+        Ok(_) | Err(StoreError::Conflict { .. }) => Ok(DEMO_UPDATE_VERSION.to_owned()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Writes a deterministic image of `size` bytes laid out like an IncusOS install image (a GPT whose partition 2
@@ -73,6 +166,8 @@ pub enum DemoError {
     Image(#[from] racklift_media::LayoutError),
     #[error("the demo seed: {0}")]
     Seed(String),
+    #[error("writing the demo update's file")]
+    Update(#[source] std::io::Error),
 }
 
 /// Creates the catalog for `servers`. `password_ref` is how every BMC's password is found (`file:NAME`, a name in
@@ -176,6 +271,7 @@ pub async fn seed_catalog(
             .ok_or(StoreError::NotFound { what: "image", name })?,
         Err(e) => return Err(e.into()),
     };
+    let update_version = publish_demo_update(store, path.parent().unwrap_or(Path::new(".")), &image).await?;
     store.put_setting(PUBLIC_ADDRESS, &json!(public_address)).await?;
     let admin_token = racklift_store::new_secret();
     store.put_api_token("admin", &admin_token, Role::Admin).await?;
@@ -184,6 +280,7 @@ pub async fn seed_catalog(
         token: token.token,
         seed: seed.name,
         image,
+        update_version,
     })
 }
 
@@ -242,4 +339,42 @@ pub async fn media_only_deployment(
     };
     store.create_deployment(queue, &new).await?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{crc32, stored_gzip};
+
+    #[test]
+    fn crc32_is_gzips() {
+        // The check value of CRC-32/ISO-HDLC.
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn stored_gzip_frames_the_bytes_as_rfc_1952_says() {
+        for data in [&b""[..], b"incus", &vec![7u8; 70_000][..]] {
+            let gz = stored_gzip(data);
+            assert_eq!(gz[..4], [0x1f, 0x8b, 8, 0]);
+            let n = gz.len();
+            assert_eq!(gz[n - 8..n - 4], crc32(data).to_le_bytes());
+            assert_eq!(gz[n - 4..], (data.len() as u32).to_le_bytes());
+            // Unwrap the stored blocks again.
+            let mut at = 10;
+            let mut out = Vec::new();
+            loop {
+                let last = gz[at] == 1;
+                let len = usize::from(u16::from_le_bytes([gz[at + 1], gz[at + 2]]));
+                let nlen = u16::from_le_bytes([gz[at + 3], gz[at + 4]]);
+                assert_eq!(nlen, !(len as u16));
+                out.extend_from_slice(&gz[at + 5..at + 5 + len]);
+                at += 5 + len;
+                if last {
+                    break;
+                }
+            }
+            assert_eq!((out.as_slice(), at), (data, n - 8));
+        }
+    }
 }

@@ -257,6 +257,7 @@ async fn deploy(
             )
         })?;
     let image = crate::seeding::select_image(store.images().await?, &req)?;
+    crate::update_catalog::check_incus_offered(store, &image).await?;
     let catalog_profiles = store.bios_profiles().await?;
     // Last: the only checks that talk to the BMC, so cheap rejections come first.
     let client = preflight_client(state, &server).await?;

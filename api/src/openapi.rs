@@ -126,11 +126,14 @@ pub enum AdminErrors {
     Unprocessable(ErrorBody),
 }
 
-/// Renames the routed action paths (`…/{name}/_action/deploy`) to their public spelling (`…/{name}:deploy`).
+/// Renames the routed action paths (`…/{name}/_action/deploy`) to their public spelling (`…/{name}:deploy`), and
+/// a routed rest-of-path parameter (`{*filename}`, which takes slashes) to OpenAPI's `{filename}`.
 pub fn publish(mut doc: Document) -> Document {
     let mut paths = Paths::new();
     for (path, item) in std::mem::take(&mut doc.paths.paths) {
-        paths.paths.insert(path.replace(ACTION_SEGMENT, ":"), item);
+        paths
+            .paths
+            .insert(path.replace(ACTION_SEGMENT, ":").replace("{*", "{"), item);
     }
     doc.paths = paths;
     doc

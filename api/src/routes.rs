@@ -34,6 +34,7 @@ pub(crate) fn routes() -> Routes {
         .routes(routes!(catalog::get_public_address, catalog::put_public_address))
         .routes(routes!(registration::register))
         .routes(routes!(updates::list, update_catalog::publish))
+        .routes(routes!(updates::show))
         .routes(routes!(updates::files))
         .routes(routes!(clusters::list, clusters::create))
         .routes(routes!(clusters::show, clusters::remove))

@@ -1,11 +1,15 @@
 //! The update catalog as IncusOS reads it (its `operations-center` provider): `GET /1.0/provisioning/updates`,
-//! `…/{uuid}/files` and `…/{uuid}/files/{filename}`, every answer in the Incus envelope
+//! `…/{uuid}/files` and `…/{uuid}/files/{filename...}`, every answer in the Incus envelope
 //! ([`crate::incus_envelope`]), errors included.
 //!
-//! A caller is either a registered server, by the TLS client certificate it registered with (its fingerprint in
-//! `servers.client_certificate_sha256`, seen as [`racklift_listener::PeerCertificate`]), or anyone with an API
-//! token of any role. Everyone else gets 403 in the Incus error envelope, never the operator API's 401: IncusOS
-//! has no API token to offer, and it reads only the envelope.
+//! Served without authentication, as Operations Center serves them (its `isAuthenticationRequired` exempts every
+//! `GET` under `/1.0/provisioning/updates`): a freshly installed IncusOS checks for updates on its first start-up
+//! before Incus exists, so it has no client certificate to present yet, and it installs Incus from the answer.
+//! The catalog holds nothing secret: published OS images and applications, signed by their publisher.
+//!
+//! A caller presenting the TLS client certificate a server registered with (its fingerprint in
+//! `servers.client_certificate_sha256`, seen as [`racklift_listener::PeerCertificate`]) is recognised as that
+//! server, and a server whose cluster runs a restricted rolling update is offered only what the run covers.
 
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
@@ -25,20 +29,21 @@ use crate::AppState;
 use crate::incus_envelope::{IncusError, IncusErrorBody, IncusResponse};
 use crate::media::{RangePlan, plan_ranges};
 
-/// Who may read the update catalog.
+/// Who reads the update catalog: a registered server, by its client certificate, or anyone else.
 #[derive(Debug)]
 pub enum UpdateReader {
     /// A registered server, by its client certificate.
     Server(String),
-    /// An API token (any role), by name.
-    Token(String),
+    /// No certificate, or one no server registered with: a fresh IncusOS, an operator, a mirror.
+    Anonymous,
 }
 
 impl UpdateReader {
-    /// For the log: the server's or the token's name.
+    /// For the log: the server's name, or `-`.
     fn name(&self) -> &str {
         match self {
-            UpdateReader::Server(name) | UpdateReader::Token(name) => name,
+            UpdateReader::Server(name) => name,
+            UpdateReader::Anonymous => "-",
         }
     }
 }
@@ -55,19 +60,7 @@ impl FromRequestParts<AppState> for UpdateReader {
         {
             return Ok(UpdateReader::Server(server));
         }
-        let secret = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|s| !s.is_empty());
-        if let Some(secret) = secret
-            && let Some(token) = state.store.api_token(secret).await?
-        {
-            return Ok(UpdateReader::Token(token.name));
-        }
-        Err(IncusError::forbidden())
+        Ok(UpdateReader::Anonymous)
     }
 }
 
@@ -172,16 +165,14 @@ fn parse_uuid(text: &str) -> Result<Uuid, IncusError> {
     text.parse().map_err(|_| IncusError::not_found("update"))
 }
 
-/// The published updates, newest first.
+/// The published updates, highest version first (IncusOS takes the first one on its channel). No authentication.
 #[utoipa::path(get, path = "/1.0/provisioning/updates", tag = "provisioning",
-    security(("bearer" = ["viewer"]), ("incus_client_certificate" = [])),
+    security((), ("incus_client_certificate" = [])),
     params(ListQuery),
     responses(
         (status = 200, description = "Update URLs, or with `recursion=1` the updates (Incus envelope)",
             body = IncusResponse<UpdateList>),
         (status = 400, description = "`recursion` is not a number from 0 to 2 (Incus envelope)", body = IncusErrorBody),
-        (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
-            body = IncusErrorBody),
         (status = 422, description = "The path or query holds a NUL character (`%00`)", body = crate::error::ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -211,14 +202,34 @@ pub async fn list(
     Ok(IncusResponse::sync(list))
 }
 
-/// The files of an update.
+/// One update. No authentication.
+#[utoipa::path(get, path = "/1.0/provisioning/updates/{uuid}", tag = "provisioning",
+    security((), ("incus_client_certificate" = [])),
+    params(("uuid" = Uuid, Path, description = "The update")),
+    responses(
+        (status = 200, description = "The update (Incus envelope)", body = IncusResponse<UpdateView>),
+        (status = 404, description = "No such update (Incus envelope)", body = IncusErrorBody),
+        (status = 422, description = "The path or query holds a NUL character (`%00`)", body = crate::error::ErrorBody)))]
+pub async fn show(
+    State(state): State<AppState>,
+    Path(uuid): Path<String>,
+) -> Result<IncusResponse<UpdateView>, IncusError> {
+    let uuid = parse_uuid(&uuid)?;
+    let update = state
+        .store
+        .update(uuid)
+        .await?
+        .ok_or_else(|| IncusError::not_found("update"))?;
+    Ok(IncusResponse::sync(UpdateView::from(update)))
+}
+
+/// The files of an update. No authentication; a registered server whose cluster runs a restricted rolling update
+/// (by its client certificate) is offered only the components the run covers.
 #[utoipa::path(get, path = "/1.0/provisioning/updates/{uuid}/files", tag = "provisioning",
-    security(("bearer" = ["viewer"]), ("incus_client_certificate" = [])),
+    security((), ("incus_client_certificate" = [])),
     params(("uuid" = Uuid, Path, description = "The update")),
     responses(
         (status = 200, description = "Its files (Incus envelope)", body = IncusResponse<Vec<UpdateFileView>>),
-        (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
-            body = IncusErrorBody),
         (status = 404, description = "No such update (Incus envelope)", body = IncusErrorBody),
         (status = 422, description = "The path or query holds a NUL character (`%00`)", body = crate::error::ErrorBody)))]
 pub async fn files(
@@ -239,7 +250,7 @@ pub async fn files(
             .live_operation_of_member(server)
             .await?
             .map(|op| op.run.kind),
-        UpdateReader::Token(_) => None,
+        UpdateReader::Anonymous => None,
     };
     let offered: Vec<UpdateFileView> = files
         .into_iter()
@@ -251,18 +262,19 @@ pub async fn files(
 }
 
 /// A file of an update: the whole file, or one byte range (RFC 9110); HEAD for its size. Several ranges in one
-/// request are refused (416): IncusOS fetches whole files, and a resuming client asks for one tail.
-#[utoipa::path(method(get, head), path = "/1.0/provisioning/updates/{uuid}/files/{filename}", tag = "provisioning",
-    security(("bearer" = ["viewer"]), ("incus_client_certificate" = [])),
+/// request are refused (416): IncusOS fetches whole files, and a resuming client asks for one tail. No
+/// authentication. The file name is the rest of the path, slashes included (`x86_64/incus.raw.gz`), as IncusOS
+/// appends it unescaped; the document spells the parameter `{filename}`.
+#[utoipa::path(method(get, head), path = "/1.0/provisioning/updates/{uuid}/files/{*filename}", tag = "provisioning",
+    security((), ("incus_client_certificate" = [])),
     params(("uuid" = Uuid, Path, description = "The update"),
-        ("filename" = String, Path, example = "IncusOS_202612010000.efi.gz", description = "A file of the update"),
+        ("filename" = String, Path, example = "x86_64/incus.raw.gz",
+            description = "A file of the update, its `/` as sent (not escaped)"),
         ("Range" = Option<String>, Header, description = "bytes=…")),
     responses(
         (status = 200, description = "The file", content_type = "application/octet-stream", body = Vec<u8>),
         (status = 206, description = "The range asked for", content_type = "application/octet-stream",
             body = Vec<u8>),
-        (status = 403, description = "Neither a registered server's certificate nor an API token (Incus envelope)",
-            body = IncusErrorBody),
         (status = 404, description = "No such update or file (Incus envelope)", body = IncusErrorBody),
         (status = 416, description = "The range is not satisfiable (Incus envelope)", body = IncusErrorBody),
         (status = 422, description = "The path or query holds a NUL character (`%00`)", body = crate::error::ErrorBody)))]

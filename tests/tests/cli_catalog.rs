@@ -443,3 +443,81 @@ async fn the_catalog_is_kept_from_the_terminal() {
     let _ = std::fs::remove_dir_all(&dir);
     rack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_update_is_published_from_a_release_laid_out_by_architecture() {
+    let rack = Rack::start_with(1, PersonalityChoice::Single(Personality::Generic), 0.01, false).await;
+    let release = rack.images_dir().join("release-202612030000");
+    let v = "202612030000";
+    let mut files = vec![
+        format!("x86_64/IncusOS_{v}.efi.gz"),
+        format!("x86_64/IncusOS_{v}.usr-x86-64.0a1b.raw.gz"),
+        format!("x86_64/IncusOS_{v}.usr-x86-64-verity.0a1b.raw.gz"),
+        "x86_64/incus.raw.gz".to_owned(),
+        "sb.tar.gz".to_owned(),
+    ];
+    let write_all = |files: &[String]| {
+        for name in files {
+            let path = release.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).expect("release dir");
+            std::fs::write(&path, name.as_bytes()).expect("release file");
+        }
+    };
+    write_all(&files);
+    let dir = release.display().to_string();
+    let publish = ["update", "publish", &dir, "--version", v, "--channel", "stable"];
+    // The OS update lacks its verity signature: IncusOS could not stage it, so nothing is published.
+    assert_refused(&admin(&rack, &publish).await, "incomplete_os_update");
+    files.push(format!("x86_64/IncusOS_{v}.usr-x86-64-verity-sig.0a1b.raw.gz"));
+    write_all(&files);
+    let published = json_out(&admin(&rack, &publish).await);
+    assert_eq!(published["version"], v, "{published}");
+    let uuid = published["uuid"].as_str().expect("its uuid");
+
+    // Named by their path in the release, each with its architecture; the Secure Boot keys for any.
+    let listed: Value = rack
+        .http
+        .get(format!("{}/1.0/provisioning/updates/{uuid}/files", rack.api_url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut got: Vec<(String, String, String)> = listed["metadata"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap_or_default().to_owned();
+            (s("filename"), s("type"), s("architecture"))
+        })
+        .collect();
+    got.sort();
+    let want = |name: &str, t: &str, a: &str| (name.to_owned(), t.to_owned(), a.to_owned());
+    assert_eq!(
+        got,
+        [
+            want("sb.tar.gz", "update-secureboot", ""),
+            want(&format!("x86_64/IncusOS_{v}.efi.gz"), "update-efi", "x86_64"),
+            want(
+                &format!("x86_64/IncusOS_{v}.usr-x86-64-verity-sig.0a1b.raw.gz"),
+                "update-usr-verity-signature",
+                "x86_64"
+            ),
+            want(
+                &format!("x86_64/IncusOS_{v}.usr-x86-64-verity.0a1b.raw.gz"),
+                "update-usr-verity",
+                "x86_64"
+            ),
+            want(
+                &format!("x86_64/IncusOS_{v}.usr-x86-64.0a1b.raw.gz"),
+                "update-usr",
+                "x86_64"
+            ),
+            want("x86_64/incus.raw.gz", "application", "x86_64"),
+        ],
+        "{listed}"
+    );
+    rack.stop().await;
+}

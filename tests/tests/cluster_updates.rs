@@ -113,15 +113,31 @@ async fn publish(c: &ClusterRack, version: &str) {
     std::fs::create_dir_all(&dir).unwrap();
     let mut files = Vec::new();
     for (file, data) in [
-        (format!("IncusOS_{version}.efi.gz"), vec![7u8; 40_000]),
-        ("incus.raw.gz".to_owned(), b"the incus application".to_vec()),
+        (format!("x86_64/IncusOS_{version}.efi.gz"), vec![7u8; 40_000]),
+        (
+            format!("x86_64/IncusOS_{version}.usr-x86-64.0a1b.raw.gz"),
+            vec![8u8; 30_000],
+        ),
+        (
+            format!("x86_64/IncusOS_{version}.usr-x86-64-verity.0a1b.raw.gz"),
+            vec![9u8; 3_000],
+        ),
+        (
+            format!("x86_64/IncusOS_{version}.usr-x86-64-verity-sig.0a1b.raw.gz"),
+            vec![10u8; 300],
+        ),
+        (
+            "x86_64/incus.raw.gz".to_owned(),
+            b"the incus application".to_vec(),
+        ),
     ] {
         let path = dir.join(&file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, &data).unwrap();
         let class = racklift_api::update_catalog::classify(&file).expect("an update file name");
         files.push(json!({ "filename": file, "path": path.display().to_string(), "size": data.len(),
             "sha256": racklift_store::sha256_hex(&data), "component": class.component, "type": class.file_type,
-            "architecture": class.architecture.unwrap_or("x86_64") }));
+            "architecture": class.architecture.unwrap_or("") }));
     }
     let (status, body) = c
         .post(

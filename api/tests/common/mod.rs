@@ -317,6 +317,7 @@ pub async fn deploy_catalog(api: &Api, image_len: usize) -> (String, String) {
                         "path": path.display().to_string(), "size_bytes": size, "sha256": "0".repeat(64) });
     let (s, v) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
     assert_eq!(s, 201, "{v}");
+    publish_incus(api, "202611010000", "stable").await;
     let profile = json!({ "name": "generic", "match_rules": { "vendor": "generic" }, "priority": 1,
                           "attributes": { "BootMode": "Uefi", "Cores": 4 }, "secure_boot": { "db": ["aa"] } });
     let (s, _) = api
@@ -324,6 +325,27 @@ pub async fn deploy_catalog(api: &Api, image_len: usize) -> (String, String) {
         .await;
     assert_eq!(s, 200);
     (token, path.display().to_string())
+}
+
+/// Publishes `version` on `channel` holding only `x86_64/incus.raw.gz` (a small gzip file in the images
+/// directory): what the deploy pre-flight asks of the channel a server is installed from.
+pub async fn publish_incus(api: &Api, version: &str, channel: &str) {
+    let data = racklift_api::demo::stored_gzip(format!("incus {version}").as_bytes());
+    let path = api.dirs.images().join(version).join("x86_64/incus.raw.gz");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, &data).unwrap();
+    let file = json!({ "filename": "x86_64/incus.raw.gz", "path": path.display().to_string(), "size": data.len(),
+        "sha256": racklift_store::sha256_hex(&data), "component": "incus", "type": "application",
+        "architecture": "x86_64" });
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/provisioning/updates",
+            ADMIN,
+            Some(json!({ "version": version, "channels": [channel], "files": [file] })),
+        )
+        .await;
+    assert_eq!(s, 201, "{v}");
 }
 
 pub async fn set_public_address(api: &Api) {

@@ -1,4 +1,4 @@
-//! The update catalog (`updates`, `update_files`, migration 0012): what IncusOS servers list and fetch through
+//! The update catalog (`updates`, `update_files`, migrations 0012 and 0016): what IncusOS servers list and fetch through
 //! `/1.0/provisioning/updates`. A file's bytes stay where they were published (inside `paths.images_dir`); the
 //! rows hold what IncusOS checks them against (size, SHA-256) and where they are.
 
@@ -87,10 +87,12 @@ impl Store {
         Ok(update)
     }
 
-    /// Every update, newest first (as IncusOS expects: it takes the first one on its channel).
+    /// Every update, highest version first, versions compared byte by byte: Operations Center sorts its listing
+    /// by the version string, descending, and IncusOS takes the first update of its channel. A version published
+    /// late but lower is therefore never the one offered.
     pub async fn updates(&self) -> Result<Vec<Update>, StoreError> {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {UPDATE_COLUMNS} FROM updates ORDER BY published_at DESC, version DESC"
+            "SELECT {UPDATE_COLUMNS} FROM updates ORDER BY version COLLATE \"C\" DESC"
         )))
         .fetch_all(&self.pool)
         .await?)
