@@ -547,3 +547,82 @@ async fn cancel(
     )
         .into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn profile(attributes: Value, deferred: Value, secure_boot: Value) -> BiosProfile {
+        BiosProfile {
+            name: "p".into(),
+            match_rules: json!({}),
+            priority: 0,
+            attributes,
+            deferred_attributes: deferred,
+            secure_boot,
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn matching_profiles_must_resolve_to_something_unless_the_request_needs_none() {
+        let facts = ServerFacts {
+            name: "s1".into(),
+            ..ServerFacts::default()
+        };
+        let (none, empty) = (json!({}), Value::Null);
+        let attribute = profile(json!({ "BootMode": "Uefi" }), none.clone(), empty.clone());
+        let deferred = profile(none.clone(), json!({ "SriovVfCount": 8 }), empty.clone());
+        let sb_rule = profile(none.clone(), none.clone(), json!({ "db": ["aa"] }));
+        let sb_nothing = profile(none.clone(), none.clone(), json!({ "db": null, "KEK": {} }));
+        let bare = profile(none.clone(), none.clone(), empty.clone());
+        // (matching profiles, no_bios_settings, the refusal's code or None for accepted)
+        let cases: Vec<(&str, Vec<BiosProfile>, bool, Option<&str>)> = vec![
+            ("no profile", vec![], false, Some("no_bios_profile")),
+            (
+                "a profile setting nothing",
+                vec![bare.clone()],
+                false,
+                Some("no_bios_profile"),
+            ),
+            (
+                "empty secure boot rules",
+                vec![sb_nothing.clone()],
+                false,
+                Some("no_bios_profile"),
+            ),
+            ("an attribute", vec![bare.clone(), attribute.clone()], false, None),
+            ("a deferred attribute", vec![deferred.clone()], false, None),
+            ("a secure boot rule", vec![sb_rule.clone()], false, None),
+            ("no profile, none needed", vec![], true, None),
+            ("nothing set, none needed", vec![bare, sb_nothing], true, None),
+            (
+                "an attribute, none needed",
+                vec![attribute],
+                true,
+                Some("bios_settings_matched"),
+            ),
+            (
+                "a secure boot rule, none needed",
+                vec![sb_rule],
+                true,
+                Some("bios_settings_matched"),
+            ),
+        ];
+        for (what, profiles, no_bios_settings, want) in cases {
+            let resolved = resolve_profiles(&profiles);
+            let got = check_resolved(&facts, &profiles, &resolved, no_bios_settings).err();
+            assert_eq!(got.as_ref().map(|e| e.code), want, "{what}");
+            if let Some(e) = got {
+                assert!(
+                    e.message.contains("s1 ("),
+                    "{what}: the refusal names the server: {}",
+                    e.message
+                );
+            }
+        }
+    }
+}
