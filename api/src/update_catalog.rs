@@ -620,7 +620,38 @@ pub async fn publish(
 
 #[cfg(test)]
 mod tests {
-    use super::{FileFacts, Incomplete, classify, incomplete, valid_filename};
+    use super::{FileFacts, Incomplete, classify, incomplete, offered_on, valid_filename};
+
+    /// IncusOS takes the first listed update of its channel (or the very first with no channel), never a later
+    /// one, however much better a later one would suit.
+    #[test]
+    fn the_offered_update_is_the_first_listed_on_the_channel() {
+        let update = |version: &str, channels: &[&str]| racklift_store::Update {
+            uuid: uuid::Uuid::new_v4(),
+            version: version.to_owned(),
+            channels: channels.iter().map(|c| (*c).to_owned()).collect(),
+            published_at: chrono::Utc::now(),
+            published_by: String::new(),
+        };
+        let listing = [
+            update("3", &["testing"]),
+            update("2", &["stable", "testing"]),
+            update("1", &["stable"]),
+        ];
+        for (channel, expected) in [
+            ("stable", Some("2")),
+            ("testing", Some("3")),
+            ("", Some("3")),
+            ("edge", None),
+        ] {
+            assert_eq!(
+                offered_on(&listing, channel).map(|u| u.version.as_str()),
+                expected,
+                "{channel:?}"
+            );
+        }
+        assert_eq!(offered_on(&[], "stable"), None);
+    }
 
     #[test]
     fn files_are_classified_as_incusos_names_them() {
