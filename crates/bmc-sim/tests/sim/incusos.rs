@@ -361,3 +361,40 @@ async fn once_clustered_every_member_serves_the_cluster_certificate_and_still_pr
     assert_eq!(sim.cluster_certificate_pem("c1").unwrap(), cluster);
     assert_eq!(sim.incus_certificate_pem(2).unwrap(), cluster);
 }
+
+#[tokio::test]
+async fn an_update_check_that_stages_the_os_and_incus_reports_both() {
+    let operator = TestClient::new("operator");
+    let oc = registration::start(false, Vec::new()).await;
+    let sim = common::start(1, "generic").await;
+    let seed = installed_seed(
+        "node-0",
+        &operator,
+        &[provider_json(&oc.url, "t", Some(&oc.cert_pem))],
+    );
+    sim.boot_installed(0, &seed).unwrap();
+    wait_for_incus(&sim, 0).await;
+    let causes = || oc.self_updates().into_iter().map(|u| u.0).collect::<Vec<_>>();
+    wait_for("ready", LONG, || async {
+        causes().contains(&"system-is-ready".to_owned()).then_some(())
+    })
+    .await;
+    oc.publish(vec![update("202612010000", true, true)]);
+    let (status, body) = post(
+        &operator.client(&sim, 0),
+        &sim,
+        0,
+        "/os/1.0/system/update/:check",
+        json!({}),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    wait_for("both updates reported", LONG, || async {
+        let c = causes();
+        (c.contains(&"os-update-applied".to_owned()) && c.contains(&"application-update-applied".to_owned()))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(sim.truth(0)["os"]["staged_version"], "202612010000");
+}
