@@ -117,7 +117,8 @@ pub enum OsPhase {
     OsBooting,
     /// The installed OS is running (Incus API up).
     OsRunning,
-    /// The installed OS's daemon stopped at start-up (a seed file it cannot read, a provider it cannot load).
+    /// The installed OS's start-up failed before Incus ran (a seed file it cannot read, a provider it cannot
+    /// load, a registration without Incus): the daemon is started again after `Timings::daemon_restart`.
     OsFailed(String),
 }
 
