@@ -14,6 +14,8 @@
 //!   error at once. (Incus checks the state inside the operation in its newer releases, so the operation fails
 //!   instead; the message is the same: `Cluster member is already evacuated` / `... already restored`.)
 //! - The member state survives the member's reboot: the cluster database keeps it.
+//! - Forming a cluster bootstraps it: one cluster certificate is made, and every member's listener serves it from
+//!   then on in place of the member's own `server.crt` (`Cluster::certificate`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -27,13 +29,18 @@ use crate::bmc::Bmc;
 use crate::cluster_audit::{ClusterAudit, ClusterAuditReport};
 use crate::incus::{error, sync};
 use crate::machine::{IncusOperation, Machine, MemberAction, MemberState, OsPhase, Planned};
+use crate::register::ClientIdentity;
 use crate::reply;
 use crate::server::Fleet;
 
-/// One cluster: its members (fleet indices, in the order they joined) and its audit.
-#[derive(Debug, Default)]
+/// One cluster: its members (fleet indices, in the order they joined), its certificate and its audit.
+#[derive(Debug)]
 pub struct Cluster {
     pub members: Vec<usize>,
+    /// Made when the cluster is bootstrapped and served by every member's listener from then on (Incus answers
+    /// `PUT /1.0/cluster` with it; Operations Center pins it for every member, `cluster_service.go:373-385,
+    /// 430-436`). Members keep presenting their own `server.crt` as client certificate (`app_incus.go:182-184`).
+    pub certificate: ClientIdentity,
     pub audit: ClusterAudit,
 }
 
@@ -46,6 +53,8 @@ pub enum ClusterError {
     InAnotherCluster { server: String, cluster: String },
     #[error("a cluster needs at least one member")]
     Empty,
+    #[error("making the cluster certificate: {0}")]
+    Certificate(String),
 }
 
 /// The member name of a server: its hostname (IncusOS's default is the SMBIOS UUID, until it has started).
@@ -87,10 +96,35 @@ impl Fleet {
             }
         }
         let out = self.evacuated(&unique);
-        let cluster = clusters.entry(name.to_owned()).or_default();
+        let cluster = match clusters.entry(name.to_owned()) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                // Bootstrapping: Incus makes the cluster's keypair (`incus cluster enable`, `PUT /1.0/cluster`).
+                let certificate =
+                    ClientIdentity::generate(name).map_err(|e| ClusterError::Certificate(e.to_string()))?;
+                e.insert(Cluster {
+                    members: Vec::new(),
+                    certificate,
+                    audit: ClusterAudit::default(),
+                })
+            }
+        };
         cluster.members = unique;
         cluster.audit.reset(&out);
         Ok(())
+    }
+
+    /// The certificate server `index`'s Incus serves: none before Incus has made its own, then its `server.crt`,
+    /// or its cluster's certificate while it is a member (`app_incus.go:204-215`: `cluster.crt` preferred).
+    pub fn served_identity(&self, index: usize) -> Option<ClientIdentity> {
+        let own = self.bmcs.get(index)?.machine().os.identity.clone()?;
+        let clusters = self.clusters();
+        Some(
+            clusters
+                .values()
+                .find(|c| c.members.contains(&index))
+                .map_or(own, |c| c.certificate.clone()),
+        )
     }
 
     /// The audit of cluster `name`.

@@ -102,10 +102,11 @@ pub struct Timings {
     pub os_boot: Duration,
     /// Install stage 1, from the installer starting until it is done.
     pub install: Duration,
-    /// `OSRunning` to the registration callback.
+    /// `OSRunning` to the installed OS's start-up update check: its daemon bringing up the network, storage and
+    /// services (then Incus starts and the server registers).
     pub registration_delay: Duration,
-    /// A failed registration to the next one: the IncusOS daemon exits and systemd starts it again, which runs
-    /// its start-up (network, update check, applications) before registering.
+    /// A failed start-up (a seed it cannot read, a failed registration) to the next one: the IncusOS daemon sleeps
+    /// 15 s, exits and systemd starts it again, which runs its whole start-up (update check included) again.
     pub daemon_restart: Duration,
     /// How long a Dell-like BMC keeps reporting `Inserted` after an eject.
     pub stale_inserted_after_eject: Duration,

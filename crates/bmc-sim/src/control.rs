@@ -12,7 +12,7 @@
 //! | POST | `/control/servers/<name>/bmc-reset` | forget task monitors and sessions |
 //! | GET, DELETE | `/control/servers/<name>/incus-audit` | the Incus API's [`AuditReport`](crate::AuditReport); DELETE resets it |
 //! | GET | `/control/clusters` | `{<cluster>: [<bmc name>, ...]}` |
-//! | GET, PUT | `/control/clusters/<cluster>` | `{"members": ["<bmc name>", ...]}`: PUT forms the Incus cluster (GET adds `status` by member name) |
+//! | GET, PUT | `/control/clusters/<cluster>` | `{"members": ["<bmc name>", ...]}`: PUT forms the Incus cluster (GET adds `status` by member name and the `certificate` every member serves) |
 //! | GET, DELETE | `/control/clusters/<cluster>/audit` | [`ClusterAuditReport`](crate::ClusterAuditReport); DELETE resets it |
 
 use std::sync::Arc;
@@ -174,6 +174,7 @@ fn cluster(fleet: &Fleet, name: &str, method: &Method, tail: &[&str], body: &[u8
             Some(m) => reply::ok(&json!({
                 "members": bmc_names(fleet, &m),
                 "status": crate::cluster::members_by_name(fleet, &m),
+                "certificate": fleet.clusters().get(name).map(|c| c.certificate.cert_pem.clone()),
             })),
             None => reply::not_found(),
         },

@@ -9,10 +9,12 @@
 //! | GET | `/1.0/cluster/members/<member>` | one member: `status` `Online` / `Evacuated` / `Offline` |
 //! | POST | `/1.0/cluster/members/<member>/state` | `{"action": "evacuate" \| "restore"}` → 202 async operation |
 //! | GET | `/1.0/operations/<id>` (and `/wait?timeout=N`) | `Running` (103) / `Success` (200) / `Failure` (400, `err`) |
-//! | GET | `/os/1.0` | running and staged OS version |
+//! | GET | `/os/1.0` | `environment`: `hostname`, `machine_id`, OS versions, `system_is_ready`, `uptime` |
 //! | GET | `/os/1.0/system/update` | `config` (`channel`) and `state` (`last_check`, `status`, `needs_reboot`) |
 //! | POST | `/os/1.0/system/update/:check` | asks the update provider (racklift) and stages a verified update |
 //! | POST | `/os/1.0/system/:reboot` | reboots (the staged OS and application versions become the running ones) |
+//! | POST | `/os/1.0/system/:poweroff` | powers the machine off |
+//! | PUT | `/os/1.0/system/network` | takes a network configuration (the address stays) |
 //! | GET | `/1.0/operations` (`?recursion=1`) | this member's operations by status: `{"running": [...], "success": [...], "failure": [...]}` |
 //! | GET | `/os/1.0/applications` | installed application URLs (`/os/1.0/applications/incus`) |
 //! | GET | `/os/1.0/applications/<name>` | `{state: {initialized, is_primary, version, friendly_version, available_versions}, config}` |
@@ -28,11 +30,10 @@ use serde_json::{Value, json};
 
 use crate::bmc::Bmc;
 use crate::cluster::{self, member_name};
-use crate::driver;
 use crate::os_update::{self, CheckOutcome};
-use crate::register::OperationsCenter;
 use crate::reply;
 use crate::server::Fleet;
+use crate::{driver, os};
 
 /// An Incus `sync` answer.
 pub fn sync(metadata: Value) -> Response {
@@ -101,10 +102,18 @@ pub async fn handle(fleet: &Arc<Fleet>, bmc: &Arc<Bmc>, req: IncusRequest<'_>) -
         }
         (&Method::GET, ["os", "1.0"]) => {
             let m = bmc.machine();
+            // Seconds since the machine booted, on the simulated clock (`api_root.go:115-181`).
+            let uptime = m
+                .last_reset_time
+                .map_or(0, |booted| (bmc.shared.clock.now() - booted).num_seconds().max(0));
             sync(json!({"environment": {
+                "hostname": m.os.hostname.clone().unwrap_or_default(),
+                "machine_id": m.os.machine_id.clone().unwrap_or_default(),
                 "os_name": "IncusOS",
                 "os_version": m.os.running_version,
                 "os_version_next": m.os.staged_version.clone().unwrap_or_else(|| m.os.running_version.clone()),
+                "system_is_ready": m.os.system_is_ready,
+                "uptime": uptime,
             }}))
         }
         (&Method::GET, ["os", "1.0", "system", "update"]) => {
@@ -126,11 +135,35 @@ pub async fn handle(fleet: &Arc<Fleet>, bmc: &Arc<Bmc>, req: IncusRequest<'_>) -
         }
         (&Method::POST, ["os", "1.0", "system", ":reboot"]) => {
             record_mutation(fleet, bmc, &req, true);
+            // The provider is told before the reboot (`main.go:875-913`); the notice may be lost with it.
+            os::notify(bmc, os::SYSTEM_REBOOT_TRIGGERED);
             let never_returns = bmc.faults().reboot_never_returns;
             let mut m = bmc.machine();
             m.firmware_halt = never_returns;
             driver::restart(bmc, &mut m);
             sync(json!({}))
+        }
+        (&Method::POST, ["os", "1.0", "system", ":poweroff"]) => {
+            record_mutation(fleet, bmc, &req, false);
+            os::notify(bmc, os::SYSTEM_SHUTDOWN_TRIGGERED);
+            driver::power_off(bmc, &mut bmc.machine());
+            sync(json!({}))
+        }
+        (&Method::PUT, ["os", "1.0", "system", "network"]) => {
+            record_mutation(fleet, bmc, &req, false);
+            // The new configuration is taken as it is (the simulated address does not change), and the
+            // reconfiguration reported as IncusOS reports every one (`internal/systemd/networkd.go:190-206`).
+            match serde_json::from_slice::<Value>(req.body) {
+                Ok(Value::Object(_)) => {
+                    os::notify(bmc, os::NETWORK_CONFIG_CHANGED);
+                    sync(json!({}))
+                }
+                Ok(_) => error(
+                    StatusCode::BAD_REQUEST,
+                    "the network configuration must be an object",
+                ),
+                Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+            }
         }
         (&Method::GET, ["os", "1.0", "applications"]) => {
             let m = bmc.machine();
@@ -151,7 +184,7 @@ pub async fn handle(fleet: &Arc<Fleet>, bmc: &Arc<Bmc>, req: IncusRequest<'_>) -
             available.extend(app.staged_version.clone());
             sync(json!({
                 "state": {
-                    "is_primary": app.name.starts_with("incus"),
+                    "is_primary": os::is_incus(&app.name),
                     "initialized": true,
                     "friendly_version": app.version,
                     "version": app.version,
@@ -194,12 +227,7 @@ fn record_mutation(fleet: &Fleet, bmc: &Bmc, req: &IncusRequest<'_>, reboot: boo
 async fn check_update(bmc: &Arc<Bmc>) -> Response {
     let (provider, identity, running, oldest, channel) = {
         let mut m = bmc.machine();
-        let provider =
-            m.os.seed
-                .as_ref()
-                .and_then(|seed| seed.provider().ok().flatten())
-                .and_then(|p| OperationsCenter::from_provider(&p).ok().flatten());
-        let Some(provider) = provider else {
+        let Some(provider) = os::seeded_provider(&m.os) else {
             m.os.update_status = "No update provider configured".to_owned();
             return error(StatusCode::BAD_REQUEST, "no update provider configured");
         };
@@ -234,15 +262,27 @@ async fn check_update(bmc: &Arc<Bmc>) -> Response {
         }
         Ok(CheckOutcome::Staged { version, components }) => {
             m.os.update_status = format!("Update {version} staged");
+            let mut applications = false;
             for app in &mut m.os.applications {
                 if components.contains(&app.name) && app.version < version {
                     app.staged_version = Some(version.clone());
+                    applications = true;
                 }
             }
             // The OS is staged only when the update offered an OS image: a provider may offer applications
             // alone.
-            if components.iter().any(|c| c == "os") && version > running {
+            let os = components.iter().any(|c| c == "os") && version > running;
+            if os {
                 m.os.staged_version = Some(version);
+            }
+            drop(m);
+            // `application-update-applied` after applications (`update.go:631`), `os-update-applied` after the OS
+            // is staged (`update.go:564`).
+            if applications {
+                os::notify(bmc, os::APPLICATION_UPDATE_APPLIED);
+            }
+            if os {
+                os::notify(bmc, os::OS_UPDATE_APPLIED);
             }
             sync(json!({}))
         }

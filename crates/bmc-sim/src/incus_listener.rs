@@ -2,10 +2,10 @@
 //!
 //! - The port is bound (`127.0.0.1:0`) when the server's Incus first starts and kept for the machine's life, across
 //!   reboots and reinstalls, as a real server keeps its address.
-//! - TLS with the server's own Incus certificate (`incus_tls`); a client certificate is requested, optional at the
-//!   handshake. A request is authorized only when the client's certificate (DER) is among the server's
-//!   `trusted_certificates` (the registration answer's, the Incus preseed's); otherwise 403 with Incus's error
-//!   envelope, `not authorized`.
+//! - TLS with the server's own Incus certificate (`incus_tls`), or its cluster's certificate once it is a cluster
+//!   member (`Fleet::served_identity`); a client certificate is requested, optional at the handshake. A request
+//!   is authorized only when the client's certificate (DER) is among the server's `trusted_certificates` (the
+//!   registration answer's, the Incus preseed's); otherwise 403 with Incus's error envelope, `not authorized`.
 //! - While the installed OS is not running (rebooting, powered off, in firmware), or its network is gone (the
 //!   `member_offline` fault), the port accepts a TCP connection and closes it at once, without TLS: the nearest to
 //!   "connection refused" that keeping the port allows. A connection made before the OS went down is closed at its
@@ -81,14 +81,15 @@ async fn serve(fleet: Arc<Fleet>, index: usize, listener: TcpListener, cancel: C
         };
         while conns.try_join_next().is_some() {}
         let bmc = fleet.bmcs[index].clone();
-        let (generation, identity) = {
+        let generation = {
             let m = bmc.machine();
             if !reachable(&bmc, &m) {
                 continue;
             }
-            (m.boot_gen, m.os.identity.clone())
+            m.boot_gen
         };
-        let Some(identity) = identity else {
+        // Its own `server.crt`, or the cluster certificate once it is a member.
+        let Some(identity) = fleet.served_identity(index) else {
             continue;
         };
         let acceptor = match &cached {

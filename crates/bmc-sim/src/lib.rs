@@ -169,6 +169,15 @@ impl Sim {
     }
 }
 
+/// Why [`SimHandle::boot_installed`] could not put IncusOS on a server's disk.
+#[derive(Debug, thiserror::Error)]
+pub enum BootInstalledError {
+    #[error(transparent)]
+    Seed(#[from] seed::SeedError),
+    #[error("making the Incus certificate: {0}")]
+    Certificate(String),
+}
+
 /// A running simulator. Dropping it stops the listener and every machine.
 pub struct SimHandle {
     fleet: Arc<Fleet>,
@@ -224,14 +233,18 @@ impl SimHandle {
         self.fleet.bmcs[i].incus_url()
     }
 
-    /// The certificate (PEM) server `i`'s Incus serves and presents, once its installed OS has made it.
+    /// The certificate (PEM) server `i`'s Incus serves, once its installed OS has made one: its own `server.crt`
+    /// (the one it also presents as a client), or its cluster's certificate once it is a cluster member.
     pub fn incus_certificate_pem(&self, i: usize) -> Option<String> {
-        self.fleet.bmcs[i]
-            .machine()
-            .os
-            .identity
-            .as_ref()
-            .map(|id| id.cert_pem.clone())
+        self.fleet.served_identity(i).map(|id| id.cert_pem.clone())
+    }
+
+    /// The certificate (PEM) every member of cluster `cluster` serves, made when the cluster was formed.
+    pub fn cluster_certificate_pem(&self, cluster: &str) -> Option<String> {
+        self.fleet
+            .clusters()
+            .get(cluster)
+            .map(|c| c.certificate.cert_pem.clone())
     }
 
     /// Make servers `servers` (indices) the Incus cluster `cluster`, as its administrator would with `incus cluster
@@ -298,12 +311,39 @@ impl SimHandle {
     /// Powers server `i` on with IncusOS already on its disk, installed and registered earlier from the seed
     /// archive `seed` (a tar, as the installer found it at the start of partition 2): for tests of the installed
     /// OS (updates, cluster operations). It boots from disk, reads the seed and starts Incus.
-    pub fn boot_installed(&self, i: usize, seed: &[u8]) -> Result<(), seed::SeedError> {
+    /// The seed's applications (`incus` without an `applications` file) were installed then, at the running
+    /// version, and Incus was initialised: its certificate exists and its preseed's certificates are trusted.
+    pub fn boot_installed(&self, i: usize, seed: &[u8]) -> Result<(), BootInstalledError> {
         let files = seed::SeedFiles::from_partition(seed)?;
+        let applications = match files.applications()? {
+            Some(a) if !a.applications.is_empty() => a.applications.into_iter().map(|a| a.name).collect(),
+            _ => vec!["incus".to_owned()],
+        };
+        let preseed = files
+            .incus()?
+            .map(|incus| incus.preseed_certificates())
+            .unwrap_or_default();
         let bmc = &self.fleet.bmcs[i];
+        let hostname = files
+            .network()?
+            .and_then(|n| n.hostname())
+            .unwrap_or_else(|| bmc.uuid.clone());
+        let identity = register::ClientIdentity::generate(&hostname)
+            .map_err(|e| BootInstalledError::Certificate(e.to_string()))?;
         let mut m = bmc.machine();
         m.os.install_fresh(files.without_install());
         m.os.registered = true;
+        m.os.set_identity(identity);
+        m.os.trusted_certificates = preseed;
+        let version = m.os.running_version.clone();
+        m.os.applications = applications
+            .into_iter()
+            .map(|name| machine::AppState {
+                name,
+                version: version.clone(),
+                staged_version: None,
+            })
+            .collect();
         driver::power_on(bmc, &mut m);
         Ok(())
     }

@@ -117,7 +117,8 @@ pub enum OsPhase {
     OsBooting,
     /// The installed OS is running (Incus API up).
     OsRunning,
-    /// The installed OS's daemon stopped at start-up (a seed file it cannot read, a provider it cannot load).
+    /// The installed OS's start-up failed before Incus ran (a seed file it cannot read, a provider it cannot
+    /// load, a registration without Incus): the daemon is started again after `Timings::daemon_restart`.
     OsFailed(String),
 }
 
@@ -133,6 +134,15 @@ pub struct OsState {
     pub seed_files: Vec<String>,
     /// The hostname the OS chose at its last start-up.
     pub hostname: Option<String>,
+    /// `/etc/machine-id`: 32 hex characters made at the first boot of a fresh install and kept with it
+    /// (IncusOS sends it at registration, `internal/state/struct.go:100-112`).
+    pub machine_id: Option<String>,
+    /// Set at the end of a successful start-up, until the OS goes down (`cmd/incus-osd/main.go:322-329`).
+    pub system_is_ready: bool,
+    /// Why the last start-up of the daemon failed (it then exits and systemd starts it again).
+    pub startup_error: Option<String>,
+    /// The `update-secureboot` files the last start-up check found in its update.
+    pub secure_boot_updates: Vec<String>,
     /// The Incus client certificate and key, made at the first boot of the installed OS.
     #[serde(skip)]
     pub identity: Option<ClientIdentity>,
@@ -246,6 +256,10 @@ impl OsState {
         self.seed_files = seed.names().into_iter().map(str::to_owned).collect();
         self.seed = Some(seed);
         self.hostname = None;
+        self.machine_id = None;
+        self.system_is_ready = false;
+        self.startup_error = None;
+        self.secure_boot_updates.clear();
         self.identity = None;
         self.client_certificate = None;
         self.trusted_certificates.clear();
@@ -263,6 +277,7 @@ impl OsState {
     /// The member went down: Incus's operations die with the daemon, and the state recorded in the cluster
     /// database stays (an evacuation in progress had already recorded `Evacuated`, a restore `Online`).
     pub fn interrupted(&mut self, now: DateTime<Utc>) {
+        self.system_is_ready = false;
         for op in self.operations.values_mut() {
             op.finish(
                 Err("Operation interrupted: the cluster member restarted".to_owned()),
@@ -295,6 +310,14 @@ pub struct Counters {
     pub media_read_retries: u64,
     pub installer_runs: u64,
     pub registration_attempts: u64,
+    /// Runs of the installed OS's daemon (`incus-osd` starts again after every failed start-up).
+    pub daemon_starts: u64,
+    /// Start-up update checks that listed the provider's updates.
+    pub startup_update_checks: u64,
+    /// `PUT /1.0/provisioning/servers/:self` sent, every attempt counted.
+    pub self_update_attempts: u64,
+    /// `PUT :self` the provider accepted, by cause.
+    pub self_updates: BTreeMap<String, u64>,
     pub bios_applies: u64,
     /// Writes whose `If-Match` named the resource's current tag.
     pub conditional_writes: u64,
@@ -423,6 +446,10 @@ impl Machine {
                 seed: None,
                 seed_files: Vec::new(),
                 hostname: None,
+                machine_id: None,
+                system_is_ready: false,
+                startup_error: None,
+                secure_boot_updates: Vec::new(),
                 identity: None,
                 client_certificate: None,
                 trusted_certificates: Vec::new(),

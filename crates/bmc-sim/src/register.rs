@@ -2,17 +2,22 @@
 //! (`incus-osd/internal/providers/provider_operations_center.go`, `Register`, `load`, `loadTLS`, `apiRequest`).
 //!
 //! - The provider seed's `config` gives `server_url`, `server_token` and optionally `server_certificate`; a
-//!   missing URL or token fails the provider's load, which stops the daemon before anything is sent.
-//! - `POST {server_url}/1.0/provisioning/servers?token={server_token}` with `{"name", "connection_url"}`.
-//! - TLS 1.3 at least. With `server_certificate`, that certificate is the one trusted; otherwise the usual roots
-//!   (here the Mozilla set). The server's Incus client certificate is presented.
+//!   missing URL or token fails the provider's load, which stops the daemon before anything is sent (L339-379).
+//! - `POST {server_url}/1.0/provisioning/servers?token={server_token}` with Operations Center's whole `ServerPost`
+//!   (its `ServerPut` flattened, every key present, L136-158), and no `Content-Type` or other header (L452-460).
+//! - TLS 1.3 at least (L388-390). With `server_certificate`, that certificate is the one trusted; otherwise the
+//!   usual roots (here the Mozilla set). Incus's `server.crt` is presented once Incus has made it, and nothing
+//!   before (`configureClientCertificate`, L429-450): the first update check of a fresh install is anonymous.
 //! - IncusOS builds a Go `http.Transport`, which sends a plain `http://` URL without TLS: no scheme is refused,
 //!   and neither is it here.
-//! - The answer must be an Incus envelope with `type: sync` and `status_code: 200`; its
-//!   `metadata.certificate` is then trusted by Incus. Anything else fails the registration.
+//! - Whatever the HTTP status, the answer must be an Incus envelope with `type: sync` and `status_code: 200`
+//!   (L511-534); the registration's `metadata` is a `ServerRegistrationResponse` whose `certificate` Incus then
+//!   trusts (L166-191).
+//! - `PUT {server_url}/1.0/provisioning/servers/:self` with `{connection_url, cause}` (`ServerSelfUpdate`,
+//!   L80-123), answered the same way.
 //!
-//! Kept to plain functions over a [`OperationsCenter`] so that the provider's other calls (update checks) can
-//! share the client and the envelope check.
+//! Kept to plain functions over a [`OperationsCenter`] so that the provider's other calls (update checks,
+//! `:self`) share the client and the envelope check.
 
 use std::sync::Arc;
 
@@ -152,11 +157,56 @@ impl ClientIdentity {
     }
 }
 
-/// What the server sends.
+/// Operations Center's `ServerPost` as IncusOS fills it (`provider_operations_center.go:136-145`;
+/// `oc@v0.8.1 shared/api/provisioning_server.go:702-755`): the embedded `ServerPut` first (Go marshals an embedded
+/// struct's fields in place), no field `omitempty`, so every key is sent, empty ones included.
 #[derive(Clone, Debug, Serialize)]
 pub struct ServerPost {
+    #[serde(flatten)]
+    pub put: ServerPut,
+    /// `state.Hostname()` (`incus-osd/internal/state/struct.go:128-156`).
     pub name: String,
     pub connection_url: String,
+    /// The SMBIOS product UUID (`struct.go:114-126`).
+    pub system_uuid: String,
+    /// `/etc/machine-id` (`struct.go:100-112`).
+    pub machine_id: String,
+}
+
+/// `ServerPut`: IncusOS leaves it at Go's zero values.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ServerPut {
+    pub public_connection_url: String,
+    pub channel: String,
+    pub description: String,
+    /// A nil `ConfigMap`: `null`.
+    pub properties: Option<std::collections::BTreeMap<String, String>>,
+    pub bmc_config: BmcConfig,
+}
+
+/// `BMCConfig` (`provisioning_server.go:562-588`), zero-valued.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BmcConfig {
+    pub api_type: String,
+    pub endpoint: String,
+    pub certificate: String,
+    pub auto_pin_certificate: bool,
+    pub username: String,
+    pub password: String,
+}
+
+/// `ServerSelfUpdate` (`provisioning_server.go:1019-1027`): both keys always sent.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerSelfUpdate {
+    pub connection_url: String,
+    pub cause: String,
+}
+
+/// `ServerRegistrationResponse` (`provisioning_server.go:1032-1036`), the registration answer's `metadata`.
+#[derive(Debug, Default, Deserialize)]
+struct ServerRegistrationResponse {
+    #[serde(default)]
+    certificate: String,
 }
 
 /// An Incus response envelope (`shared/api.Response`).
@@ -174,6 +224,19 @@ struct Envelope {
 
 /// The HTTP client for the provider: TLS 1.3 only, the pinned or the usual roots, the client certificate.
 pub fn client(oc: &OperationsCenter, identity: &ClientIdentity) -> Result<reqwest::Client, RegisterError> {
+    build_client(oc, Some(identity))
+}
+
+/// The provider's client before Incus exists: no client certificate to present
+/// (`provider_operations_center.go:429-450`, `configureClientCertificate` on `ErrNoPrimary`).
+pub fn anonymous_client(oc: &OperationsCenter) -> Result<reqwest::Client, RegisterError> {
+    build_client(oc, None)
+}
+
+fn build_client(
+    oc: &OperationsCenter,
+    identity: Option<&ClientIdentity>,
+) -> Result<reqwest::Client, RegisterError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -192,10 +255,15 @@ pub fn client(oc: &OperationsCenter, identity: &ClientIdentity) -> Result<reqwes
             builder.with_root_certificates(roots)
         }
     };
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(identity.key_der.clone()));
-    let config = builder
-        .with_client_auth_cert(vec![CertificateDer::from(identity.cert_der.clone())], key)
-        .map_err(RegisterError::Tls)?;
+    let config = match identity {
+        Some(identity) => {
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(identity.key_der.clone()));
+            builder
+                .with_client_auth_cert(vec![CertificateDer::from(identity.cert_der.clone())], key)
+                .map_err(RegisterError::Tls)?
+        }
+        None => builder.with_no_client_auth(),
+    };
     reqwest::Client::builder()
         .use_preconfigured_tls(config)
         .no_proxy()
@@ -203,26 +271,44 @@ pub fn client(oc: &OperationsCenter, identity: &ClientIdentity) -> Result<reqwes
         .map_err(RegisterError::Client)
 }
 
-/// Send the registration and check the answer; returns `metadata.certificate` (PEM, possibly empty).
+/// Send the registration and check the answer; returns `metadata.certificate` (PEM, possibly empty). The body
+/// goes out as bytes: IncusOS sets no `Content-Type`.
 pub async fn register(
     client: &reqwest::Client,
     oc: &OperationsCenter,
     body: &ServerPost,
 ) -> Result<String, RegisterError> {
+    let bytes = serde_json::to_vec(body).map_err(RegisterError::Metadata)?;
     let resp = client
         .post(oc.registration_url())
-        .json(body)
+        .body(bytes)
         .send()
         .await
         .map_err(RegisterError::Send)?;
     let bytes = resp.bytes().await.map_err(RegisterError::Send)?;
     let envelope = check_envelope(&bytes)?;
-    Ok(envelope
-        .metadata
-        .get("certificate")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned())
+    let answer: ServerRegistrationResponse = match envelope.metadata {
+        Value::Null => ServerRegistrationResponse::default(),
+        metadata => serde_json::from_value(metadata).map_err(RegisterError::Metadata)?,
+    };
+    Ok(answer.certificate)
+}
+
+/// `PUT {server_url}/1.0/provisioning/servers/:self`, one try; the answer is checked as every provider answer is.
+pub async fn put_self(
+    client: &reqwest::Client,
+    oc: &OperationsCenter,
+    body: &ServerSelfUpdate,
+) -> Result<(), RegisterError> {
+    let bytes = serde_json::to_vec(body).map_err(RegisterError::Metadata)?;
+    let resp = client
+        .put(oc.url("/1.0/provisioning/servers/:self"))
+        .body(bytes)
+        .send()
+        .await
+        .map_err(RegisterError::Send)?;
+    let bytes = resp.bytes().await.map_err(RegisterError::Send)?;
+    check_envelope(&bytes).map(|_| ())
 }
 
 /// `GET {server_url}{path}` (a query allowed), answered as every provider call is: a `sync` 200 envelope whose
@@ -366,6 +452,35 @@ mod tests {
         assert_eq!(
             oc.registration_url().as_str(),
             "https://oc:7443/base/1.0/provisioning/servers?token=a+b"
+        );
+    }
+
+    #[test]
+    fn the_server_post_is_marshalled_as_go_marshals_it_every_key_in_field_order() {
+        let post = ServerPost {
+            put: ServerPut::default(),
+            name: "web-1".to_owned(),
+            connection_url: "https://[2001:db8::1]:8443".to_owned(),
+            system_uuid: "5a1d0000-0000-4000-8000-000000000000".to_owned(),
+            machine_id: "0123456789abcdef0123456789abcdef".to_owned(),
+        };
+        // Written from oc v0.8.1 shared/api/provisioning_server.go: ServerPut's fields (embedded, so first), then
+        // ServerPost's; BMCConfig zero-valued; a nil ConfigMap is null.
+        let fixture = concat!(
+            r#"{"public_connection_url":"","channel":"","description":"","properties":null,"#,
+            r#""bmc_config":{"api_type":"","endpoint":"","certificate":"","auto_pin_certificate":false,"#,
+            r#""username":"","password":""},"name":"web-1","connection_url":"https://[2001:db8::1]:8443","#,
+            r#""system_uuid":"5a1d0000-0000-4000-8000-000000000000","#,
+            r#""machine_id":"0123456789abcdef0123456789abcdef"}"#
+        );
+        assert_eq!(serde_json::to_string(&post).unwrap(), fixture);
+        let update = ServerSelfUpdate {
+            connection_url: "https://127.0.0.1:1".to_owned(),
+            cause: "system-is-ready".to_owned(),
+        };
+        assert_eq!(
+            serde_json::to_string(&update).unwrap(),
+            r#"{"connection_url":"https://127.0.0.1:1","cause":"system-is-ready"}"#
         );
     }
 

@@ -6,6 +6,7 @@ mod common;
 mod faults_audit;
 mod incus;
 mod incus_faults;
+mod incusos;
 mod lifecycle;
 mod personalities;
 mod protocol;
