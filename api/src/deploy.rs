@@ -316,7 +316,8 @@ async fn deploy(
         requested_by: caller.name().to_owned(),
         seed_archive: seeded.archive.bytes,
         registration_token: seeded.registration_token,
-        expected_hostname: seeded.expected_hostname.or(system_uuid),
+        expected_hostname: seeded.expected_hostname,
+        bmc_system_uuid: system_uuid,
     };
     let (record, created) = state
         .store
