@@ -495,3 +495,90 @@ async fn put_self_is_recorded_for_every_cause_from_the_registration_certificate_
     api.stop().await;
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_repin_is_for_admins_audited_and_pins_what_the_server_serves_next() {
+    let api = Api::start_tls().await;
+    let (sim, deployment, token, system) = deployed_node1(&api).await;
+    installer_finished(&api, deployment).await;
+    let node1 = incus_client(&api, "node1");
+    let (_, v) = post_registration(
+        &api,
+        &node1,
+        &token,
+        server_post(&system, "https://10.0.3.17:8443", &system, MACHINE_ID),
+    )
+    .await;
+    assert_eq!(envelope(&v), ("sync", 200), "{v}");
+    let registered = server_row(&api).await["fingerprint"].as_str().unwrap().to_owned();
+    // A standalone server is trusted by the certificate it registered with.
+    let endpoint = |api: &Api| {
+        let store = api.store.clone();
+        async move {
+            store
+                .incus_endpoints(&["node1".to_owned()])
+                .await
+                .unwrap()
+                .remove(0)
+        }
+    };
+    assert_eq!(
+        endpoint(&api).await.trust,
+        racklift_store::EndpointTrust::Server(registered.clone())
+    );
+
+    let path = "/1.0/servers/node1:repin";
+    let body = json!({ "reason": "Incus certificate replaced by hand" });
+    for who in [VIEWER, OPERATOR] {
+        let (s, v) = api.call(Method::POST, path, who, Some(body.clone())).await;
+        assert_eq!(s, 403, "{v}");
+    }
+    let (s, v) = api
+        .call(Method::POST, path, ADMIN, Some(json!({ "reason": " " })))
+        .await;
+    assert_eq!(
+        (s, common::code(&v), common::field(&v)),
+        (400, "invalid_field", Some("reason")),
+        "{v}"
+    );
+    let (s, v) = api.call(Method::POST, path, ADMIN, Some(json!({}))).await;
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/servers/nobody:repin",
+            ADMIN,
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!((s, common::code(&v)), (404, "server_not_found"), "{v}");
+    assert!(events(&api, "node1", "certificate_repin").await.is_empty());
+
+    let (s, v) = api.call(Method::POST, path, ADMIN, Some(body)).await;
+    assert_eq!((s, &v["repin_pending"]), (200, &json!(true)), "{v}");
+    let audit = events(&api, "node1", "certificate_repin").await;
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["detail"]["by"], "admin");
+    assert_eq!(audit[0]["detail"]["reason"], "Incus certificate replaced by hand");
+    assert_eq!(
+        audit[0]["detail"]["previous_certificate_sha256"],
+        registered.as_str()
+    );
+    // The next connection records what the server serves; once only.
+    assert_eq!(endpoint(&api).await.trust, racklift_store::EndpointTrust::Repin);
+    let served = "ab".repeat(32);
+    assert!(api.store.pin_incus_certificate("node1", &served).await.unwrap());
+    assert!(
+        !api.store
+            .pin_incus_certificate("node1", &"cd".repeat(32))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        endpoint(&api).await.trust,
+        racklift_store::EndpointTrust::Server(served.clone())
+    );
+    assert_eq!(events(&api, "node1", "certificate_pinned").await.len(), 1);
+    api.stop().await;
+    sim.shutdown().await;
+}
