@@ -232,6 +232,9 @@ fn cluster_check_error(e: ClusterCheckError) -> ApiError {
         ClusterCheckError::NotOneCluster { .. } => {
             ApiError::unprocessable("not_one_cluster", "servers", e.to_string())
         }
+        ClusterCheckError::NoCertificate { .. } => {
+            ApiError::unprocessable("server_certificate_unknown", "servers", e.to_string())
+        }
         ClusterCheckError::Unreachable { .. } => {
             ApiError::new(StatusCode::BAD_GATEWAY, "incus_unreachable", e.to_string()).field("servers")
         }

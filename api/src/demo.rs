@@ -336,6 +336,7 @@ pub async fn media_only_deployment(
         seed_archive: seeded.archive.bytes,
         registration_token: seeded.registration_token,
         expected_hostname: seeded.expected_hostname,
+        bmc_system_uuid: None,
     };
     store.create_deployment(queue, &new).await?;
     Ok(path)

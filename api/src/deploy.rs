@@ -318,8 +318,9 @@ async fn deploy(
         requested_by: caller.name().to_owned(),
         seed_archive: seeded.archive.bytes,
         registration_token: seeded.registration_token,
-        // Without a hostname in the seed, IncusOS registers under the system's SMBIOS UUID.
-        expected_hostname: seeded.expected_hostname.or(report.system_uuid),
+        // Without a hostname in the seed, IncusOS registers under the system's SMBIOS UUID, which the BMC reports.
+        expected_hostname: seeded.expected_hostname,
+        bmc_system_uuid: report.system_uuid.clone(),
     };
     let (record, created) = state
         .store

@@ -147,3 +147,12 @@ impl From<racklift_store::StoreError> for IncusError {
         IncusError::internal()
     }
 }
+
+/// A request racklift's extractors refused (a malformed query or body), answered in the envelope with the same
+/// code and field the operator API would name.
+impl From<crate::error::ApiError> for IncusError {
+    fn from(e: crate::error::ApiError) -> IncusError {
+        let field = e.field.clone().unwrap_or_else(|| "body".to_owned());
+        IncusError::new(e.status, e.message).with_detail(e.code, &field)
+    }
+}

@@ -7,6 +7,7 @@
 mod auth;
 mod bmc_actions;
 mod catalog;
+mod certificates;
 mod clusters;
 pub mod demo;
 mod deploy;
@@ -21,6 +22,7 @@ mod read_buffers;
 mod registration;
 mod routes;
 mod seeding;
+mod self_update;
 mod servers;
 mod triage;
 mod triage_actions;

@@ -18,6 +18,9 @@ use crate::error::ErrorBody;
 /// The internal segment an action is routed under.
 pub const ACTION_SEGMENT: &str = "/_action/";
 
+/// The routed path of `PUT /1.0/provisioning/servers/:self`, as [`action_rewrite`] maps it.
+const SELF_ACTION: &str = "/_action/self";
+
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -131,9 +134,12 @@ pub enum AdminErrors {
 pub fn publish(mut doc: Document) -> Document {
     let mut paths = Paths::new();
     for (path, item) in std::mem::take(&mut doc.paths.paths) {
-        paths
-            .paths
-            .insert(path.replace(ACTION_SEGMENT, ":").replace("{*", "{"), item);
+        // An action on a collection itself is a segment of its own where IncusOS calls it: `…/servers/:self`.
+        let public = match path.strip_suffix(SELF_ACTION) {
+            Some(collection) => format!("{collection}/:self"),
+            None => path.replace(ACTION_SEGMENT, ":").replace("{*", "{"),
+        };
+        paths.paths.insert(public, item);
     }
     doc.paths = paths;
     doc

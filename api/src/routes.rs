@@ -10,8 +10,8 @@ use utoipa_axum::routes;
 
 use crate::openapi::{ApiDoc, publish};
 use crate::{
-    AppState, bmc_actions, catalog, clusters, deploy, media, metrics, openapi, registration, servers, triage,
-    triage_actions, update_catalog, updates,
+    AppState, bmc_actions, catalog, certificates, clusters, deploy, media, metrics, openapi, registration,
+    self_update, servers, triage, triage_actions, update_catalog, updates,
 };
 
 /// The operations the request deadline covers (everything but the media streams), and the media streams.
@@ -25,6 +25,7 @@ pub(crate) fn routes() -> Routes {
         .routes(routes!(servers::list, servers::create))
         .routes(routes!(servers::show, servers::update, servers::remove))
         .routes(routes!(servers::events))
+        .routes(routes!(certificates::repin))
         .routes(routes!(catalog::list_tokens, catalog::create_token))
         .routes(routes!(catalog::show_token, catalog::delete_token))
         .routes(routes!(catalog::list_seeds, catalog::create_seed))
@@ -33,6 +34,7 @@ pub(crate) fn routes() -> Routes {
         .routes(routes!(catalog::list_images, catalog::create_image))
         .routes(routes!(catalog::get_public_address, catalog::put_public_address))
         .routes(routes!(registration::register))
+        .routes(routes!(self_update::self_update))
         .routes(routes!(updates::list, update_catalog::publish))
         .routes(routes!(updates::show))
         .routes(routes!(updates::files))

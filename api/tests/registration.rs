@@ -1,8 +1,15 @@
 //! The installed server's registration as IncusOS's `operations-center` provider makes it, bound to its
-//! deployment: only the token in that deployment's seed registers it, once; another deployment's token, a
-//! replay, a hostname the seed did not name, a spent provisioning token and an unknown token are each 403 in an
-//! Incus error envelope, recorded on the server, and leave the running deployment untouched. The accepted answer
-//! is the Incus `sync` envelope IncusOS requires, carrying racklift's client certificate.
+//! deployment: only the token in that deployment's seed registers it, once, over TLS with the Incus client
+//! certificate, after the installer finished; another deployment's token, a replay, a hostname the seed did not
+//! name, a spent provisioning token and an unknown token are each 403 in an Incus error envelope, recorded on
+//! the server, and leave the running deployment untouched. The accepted answer is the Incus `sync` envelope
+//! IncusOS requires, carrying racklift's client certificate. Then the server's `PUT :self`, authenticated by that
+//! certificate.
+//!
+//! The bodies are written from Operations Center's structs (`shared/api/provisioning_server.go` `ServerPost`,
+//! `ServerPut`, `BMCConfig`, `ServerSelfUpdate`) exactly as Go's `encoding/json` marshals them: every key, in
+//! declaration order, the embedded `ServerPut` first, `properties` a nil map, no `Content-Type` header. Answers
+//! are judged by the envelope's `type` and `status_code`, as IncusOS judges them, not by the HTTP status.
 
 mod common;
 
@@ -11,15 +18,76 @@ use racklift_bmc_sim::{Personality, PersonalityChoice, Sim, SimConfig};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-async fn register(api: &Api, token: &str, name: &str) -> (u16, Value) {
-    let r = api
-        .req(
-            Method::POST,
-            &format!("/1.0/provisioning/servers?token={token}"),
-            None,
+/// `ServerPost` as IncusOS's provider marshals it (`provider_operations_center.go` `Register`).
+fn server_post(name: &str, connection_url: &str, system_uuid: &str, machine_id: &str) -> String {
+    format!(
+        concat!(
+            r#"{{"public_connection_url":"","channel":"","description":"","properties":null,"#,
+            r#""bmc_config":{{"api_type":"","endpoint":"","certificate":"","auto_pin_certificate":false,"#,
+            r#""username":"","password":""}},"name":"{}","connection_url":"{}","system_uuid":"{}","machine_id":"{}"}}"#
+        ),
+        name, connection_url, system_uuid, machine_id
+    )
+}
+
+/// `ServerSelfUpdate` as IncusOS's provider marshals it (`UpdateRegistration`).
+fn self_update_body(connection_url: &str, cause: &str) -> String {
+    format!(r#"{{"connection_url":"{connection_url}","cause":"{cause}"}}"#)
+}
+
+const MACHINE_ID: &str = "b4c04f4e4d32445a8c1f0e9d7c6b5a49";
+
+/// A client of the API presenting a fresh self-signed certificate as its TLS client certificate, as IncusOS
+/// presents its Incus' `server.crt`.
+fn incus_client(api: &Api, hostname: &str) -> reqwest::Client {
+    let own = racklift_listener::tls::self_signed(&[hostname.to_owned()], hostname).expect("a certificate");
+    let api_pem = api.certificate_pem.as_deref().expect("the API serves TLS");
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(api_pem.as_bytes()).expect("PEM"))
+        .identity(
+            reqwest::Identity::from_pem(format!("{}{}", own.key_pem, own.certificate_pem).as_bytes())
+                .expect("identity"),
         )
-        .json(&json!({ "name": name, "connection_url": "https://10.0.3.17:8443" }));
+        .build()
+        .expect("client")
+}
+
+/// Sends `body` as IncusOS does: no `Content-Type`, the token in the query.
+async fn post_registration(api: &Api, client: &reqwest::Client, token: &str, body: String) -> (u16, Value) {
+    let r = client
+        .post(format!("{}/1.0/provisioning/servers?token={token}", api.base))
+        .body(body);
     common::read(r.send().await.unwrap()).await
+}
+
+async fn register(api: &Api, client: &reqwest::Client, token: &str, name: &str) -> (u16, Value) {
+    let body = server_post(name, "https://10.0.3.17:8443", name, MACHINE_ID);
+    post_registration(api, client, token, body).await
+}
+
+async fn put_self(api: &Api, client: &reqwest::Client, body: String) -> (u16, Value) {
+    let r = client
+        .put(format!("{}/1.0/provisioning/servers/:self", api.base))
+        .body(body);
+    common::read(r.send().await.unwrap()).await
+}
+
+/// The deployment as the workers leave it once the installer finished and the media is out: waiting for the
+/// installed system to register. (No workers run here; the deployment's state is set where they would put it.)
+async fn installer_finished(api: &Api, deployment_id: i64) {
+    let done = sqlx::query("UPDATE deployments SET state = 'WaitRegistration' WHERE id = $1")
+        .bind(deployment_id)
+        .execute(&api.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(done.rows_affected(), 1);
+}
+
+fn envelope(v: &Value) -> (&str, i64) {
+    (
+        v["type"].as_str().unwrap_or_default(),
+        v["status_code"].as_i64().unwrap_or_default(),
+    )
 }
 
 async fn deploy(api: &Api, server: &str, token: &str, seed: &str) -> (i64, String) {
@@ -102,7 +170,7 @@ fn refusal(v: &Value) -> (&str, i64, &str) {
 
 #[tokio::test]
 async fn only_the_deployments_own_token_registers_it_once() {
-    let api = Api::start().await;
+    let api = Api::start_tls().await;
     let sim =
         Sim::start(SimConfig::new(2, PersonalityChoice::Single(Personality::Generic)).with_time_scale(0.001))
             .await
@@ -128,18 +196,22 @@ async fn only_the_deployments_own_token_registers_it_once() {
     assert_eq!(s, 201, "{v}");
 
     let (d1, t1) = deploy(&api, "node1", &token, "web").await;
-    let (_, t2) = deploy(&api, "node2", &token, "named").await;
+    let (d2, t2) = deploy(&api, "node2", &token, "named").await;
     assert_ne!(t1, t2);
+    installer_finished(&api, d1).await;
+    installer_finished(&api, d2).await;
+    let node1 = incus_client(&api, "node1");
+    let node2 = incus_client(&api, "node2");
 
     // Unknown token: refused, nothing recorded anywhere.
-    let (s, v) = register(&api, &"0".repeat(64), "node1").await;
+    let (s, v) = register(&api, &node1, &"0".repeat(64), "node1").await;
     assert_eq!(
         (s, refusal(&v)),
         (403, ("error", 403, "unknown_registration_token")),
         "{v}"
     );
     // node2's seed names its hostname: another name is refused and recorded on node2.
-    let (s, v) = register(&api, &t2, "node1").await;
+    let (s, v) = register(&api, &node2, &t2, "node1").await;
     assert_eq!((s, refusal(&v)), (403, ("error", 403, "wrong_hostname")), "{v}");
     assert_eq!(v["metadata"]["field"], "name");
     assert_eq!(events(&api, "node2", "registration_refused").await.len(), 1);
@@ -147,11 +219,11 @@ async fn only_the_deployments_own_token_registers_it_once() {
     // node1's seed names no hostname: IncusOS then registers under the system UUID, which the pre-flight read
     // from the BMC. Any other name is refused.
     let system = sim_system_uuid(&sim, 0).await;
-    let (s, v) = register(&api, &t1, "4c4c4544-0042-3510-8052-b4c04f4e4d32").await;
+    let (s, v) = register(&api, &node1, &t1, "4c4c4544-0042-3510-8052-b4c04f4e4d32").await;
     assert_eq!((s, refusal(&v)), (403, ("error", 403, "wrong_hostname")), "{v}");
 
     // node1's own token under its UUID (as the OS may spell it, in lower case): the Incus sync envelope, once.
-    let (s, v) = register(&api, &t1, &system.to_lowercase()).await;
+    let (s, v) = register(&api, &node1, &t1, &system.to_lowercase()).await;
     assert_eq!(
         (s, v["type"].as_str(), v["status_code"].as_i64()),
         (200, Some("sync"), Some(200)),
@@ -183,7 +255,7 @@ async fn only_the_deployments_own_token_registers_it_once() {
     let uses_after_one = t["uses_remaining"].as_i64().unwrap();
 
     // A replay: refused, recorded, the provisioning token's use not counted again.
-    let (s, v) = register(&api, &t1, &system).await;
+    let (s, v) = register(&api, &node1, &t1, &system).await;
     assert_eq!(
         (s, refusal(&v)),
         (403, ("error", 403, "registration_replayed")),
@@ -202,7 +274,7 @@ async fn only_the_deployments_own_token_registers_it_once() {
         .execute(&api.db.pool)
         .await
         .unwrap();
-    let (s, v) = register(&api, &t2, "node2.rack1").await;
+    let (s, v) = register(&api, &node2, &t2, "node2.rack1").await;
     assert_eq!(
         (s, refusal(&v)),
         (403, ("error", 403, "provisioning_token_spent")),
@@ -218,6 +290,295 @@ async fn only_the_deployments_own_token_registers_it_once() {
             .await
             .unwrap();
     assert_eq!(live, Some(d1));
+    api.stop().await;
+    sim.shutdown().await;
+}
+
+/// An API over TLS, one simulated server `node1` deployed with a seed naming no hostname (so IncusOS registers
+/// under its system UUID), its installer not yet finished. Returns the deployment, its registration token and
+/// the system UUID the BMC reports.
+async fn deployed_node1(api: &Api) -> (racklift_bmc_sim::SimHandle, i64, String, String) {
+    let sim =
+        Sim::start(SimConfig::new(1, PersonalityChoice::Single(Personality::Generic)).with_time_scale(0.001))
+            .await
+            .unwrap();
+    let (token, _) = common::catalog(api, &sim, common::IMAGE_MIN).await;
+    common::set_public_address(api).await;
+    let (id, registration) = deploy(api, "node1", &token, "web").await;
+    let system = sim_system_uuid(&sim, 0).await;
+    (sim, id, registration, system)
+}
+
+async fn server_row(api: &Api) -> Value {
+    sqlx::query_scalar(
+        "SELECT json_build_object('connection_url', connection_url, 'system_uuid', system_uuid, \
+         'machine_id', machine_id, 'registration', registration, \
+         'fingerprint', client_certificate_sha256, 'der_sha256', encode(sha256(client_certificate_der), 'hex')) \
+         FROM servers WHERE name = 'node1'",
+    )
+    .fetch_one(&api.db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_server_post_as_incusos_marshals_it_registers_only_with_its_certificate_after_the_install() {
+    let api = Api::start_tls().await;
+    let (sim, deployment, token, system) = deployed_node1(&api).await;
+    let node1 = incus_client(&api, "node1");
+    let body = |url: &str| server_post(&system, url, &system, MACHINE_ID);
+
+    // Without a client certificate (Incus not initialised yet): refused in the envelope, as Operations Center
+    // refuses it, and recorded.
+    let (_, v) = post_registration(&api, &api.http, &token, body("https://10.0.3.17:8443")).await;
+    assert_eq!(envelope(&v), ("error", 0), "{v}");
+    assert_eq!(refusal(&v), ("error", 400, "client_certificate_required"), "{v}");
+
+    // With it, but before racklift saw the installer finish: refused, recorded; IncusOS retries on its restart
+    // loop.
+    let (_, v) = post_registration(&api, &node1, &token, body("https://10.0.3.17:8443")).await;
+    assert_eq!(refusal(&v), ("error", 409, "install_not_finished"), "{v}");
+    assert_eq!(v["metadata"]["field"], "token", "{v}");
+    let refused = events(&api, "node1", "registration_refused").await;
+    let codes: Vec<&str> = refused
+        .iter()
+        .map(|e| e["detail"]["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes.len(), 2, "{refused:?}");
+    assert!(codes.contains(&"client_certificate_required") && codes.contains(&"install_not_finished"));
+
+    installer_finished(&api, deployment).await;
+    // An address racklift would not call: refused, naming the field.
+    for url in [
+        "http://10.0.3.17:8443",
+        "https://10.0.3.17",
+        "https://fd00:3::17:8443",
+        "https://10.0.3.17:8443/1.0",
+        "https://10.0.3.17:99999",
+    ] {
+        let (_, v) = post_registration(&api, &node1, &token, body(url)).await;
+        assert_eq!(refusal(&v), ("error", 400, "bad_connection_url"), "{url}: {v}");
+        assert_eq!(v["metadata"]["field"], "connection_url", "{url}: {v}");
+    }
+    // A body that is not JSON, or a key of the wrong type: the envelope still, naming what is wrong.
+    let (_, v) = post_registration(&api, &node1, &token, "{".to_owned()).await;
+    assert_eq!(refusal(&v), ("error", 400, "invalid_body"), "{v}");
+    let (_, v) = post_registration(
+        &api,
+        &node1,
+        &token,
+        r#"{"name":5,"connection_url":""}"#.to_owned(),
+    )
+    .await;
+    assert_eq!(refusal(&v), ("error", 400, "invalid_body"), "{v}");
+    assert_eq!(v["metadata"]["field"], "name", "{v}");
+
+    // The whole ServerPost, with a key a newer IncusOS might add, no Content-Type, an IPv6 address as Go's
+    // net.JoinHostPort writes it: registered.
+    let newer = body("https://[fd00:3::17]:8443").replacen('{', r#"{"a_newer_key":{"x":[1]},"#, 1);
+    let (_, v) = post_registration(&api, &node1, &token, newer).await;
+    assert_eq!(envelope(&v), ("sync", 200), "{v}");
+    assert!(
+        v["metadata"]["certificate"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("-----BEGIN CERTIFICATE"))
+    );
+
+    // What it said about itself and the certificate it proved are kept.
+    let row = server_row(&api).await;
+    assert_eq!(row["connection_url"], "https://[fd00:3::17]:8443", "{row}");
+    assert_eq!(row["system_uuid"], system.as_str(), "{row}");
+    assert_eq!(row["machine_id"], MACHINE_ID, "{row}");
+    assert_eq!(row["registration"]["machine_id"], MACHINE_ID, "{row}");
+    assert_eq!(row["registration"]["system_uuid"], system.as_str(), "{row}");
+    assert!(
+        row["fingerprint"].as_str().is_some_and(|f| f.len() == 64),
+        "{row}"
+    );
+    assert_eq!(row["fingerprint"], row["der_sha256"], "{row}");
+    api.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn put_self_is_recorded_for_every_cause_from_the_registration_certificate_only() {
+    let api = Api::start_tls().await;
+    let (sim, deployment, token, system) = deployed_node1(&api).await;
+    installer_finished(&api, deployment).await;
+    let node1 = incus_client(&api, "node1");
+    let (_, v) = post_registration(
+        &api,
+        &node1,
+        &token,
+        server_post(&system, "https://10.0.3.17:8443", &system, MACHINE_ID),
+    )
+    .await;
+    assert_eq!(envelope(&v), ("sync", 200), "{v}");
+
+    // Every cause IncusOS sends (and those Operations Center defines besides), each with a new address: the
+    // causes that carry the address store it, the others keep the stored one.
+    let causes = [
+        ("system-is-ready", true),
+        ("network-config-changed", true),
+        ("", true),
+        ("os-update-applied", false),
+        ("system-reboot-triggered", false),
+        ("system-shutdown-triggered", false),
+        ("application-update-applied", false),
+        ("storage-config-changed", false),
+        ("network-interface-state-changed", true),
+        ("secure-boot-update-applied", false),
+        ("suspend-triggered", false),
+        ("a-cause-of-a-newer-incusos", false),
+    ];
+    let mut expected_url = "https://10.0.3.17:8443".to_owned();
+    for (i, (cause, stores)) in causes.iter().enumerate() {
+        let url = format!("https://10.0.3.{}:8443", 100 + i);
+        // Without a certificate, and with one no server registered with: 403 in the envelope.
+        let (_, v) = put_self(&api, &api.http, self_update_body(&url, cause)).await;
+        assert_eq!(
+            refusal(&v),
+            ("error", 403, "client_certificate_required"),
+            "{cause}: {v}"
+        );
+        let stranger = incus_client(&api, "stranger");
+        let (_, v) = put_self(&api, &stranger, self_update_body(&url, cause)).await;
+        assert_eq!(
+            refusal(&v),
+            ("error", 403, "unknown_client_certificate"),
+            "{cause}: {v}"
+        );
+
+        let (_, v) = put_self(&api, &node1, self_update_body(&url, cause)).await;
+        assert_eq!(envelope(&v), ("sync", 200), "{cause}: {v}");
+        if *stores {
+            expected_url = url.clone();
+        }
+        assert_eq!(
+            server_row(&api).await["connection_url"],
+            expected_url.as_str(),
+            "{cause}"
+        );
+    }
+    let recorded: Vec<Value> = events(&api, "node1", "self_update")
+        .await
+        .into_iter()
+        .map(|e| e["detail"]["cause"].clone())
+        .collect();
+    for (cause, _) in causes {
+        assert!(
+            recorded.contains(&json!(cause)),
+            "{cause} not recorded: {recorded:?}"
+        );
+    }
+    assert_eq!(recorded.len(), causes.len(), "{recorded:?}");
+
+    // Unknown keys are ignored; an address racklift would not call is refused only where it would be stored.
+    let (_, v) = put_self(
+        &api,
+        &node1,
+        r#"{"connection_url":"https://10.0.3.17:8443","cause":"system-is-ready","newer":true}"#.to_owned(),
+    )
+    .await;
+    assert_eq!(envelope(&v), ("sync", 200), "{v}");
+    let (_, v) = put_self(
+        &api,
+        &node1,
+        self_update_body("http://10.0.3.17:8443", "network-config-changed"),
+    )
+    .await;
+    assert_eq!(refusal(&v), ("error", 400, "bad_connection_url"), "{v}");
+    let (_, v) = put_self(&api, &node1, self_update_body("", "system-reboot-triggered")).await;
+    assert_eq!(envelope(&v), ("sync", 200), "{v}");
+    let (_, v) = put_self(&api, &node1, "5".to_owned()).await;
+    assert_eq!(refusal(&v), ("error", 400, "invalid_body"), "{v}");
+    api.stop().await;
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_repin_is_for_admins_audited_and_pins_what_the_server_serves_next() {
+    let api = Api::start_tls().await;
+    let (sim, deployment, token, system) = deployed_node1(&api).await;
+    installer_finished(&api, deployment).await;
+    let node1 = incus_client(&api, "node1");
+    let (_, v) = post_registration(
+        &api,
+        &node1,
+        &token,
+        server_post(&system, "https://10.0.3.17:8443", &system, MACHINE_ID),
+    )
+    .await;
+    assert_eq!(envelope(&v), ("sync", 200), "{v}");
+    let registered = server_row(&api).await["fingerprint"].as_str().unwrap().to_owned();
+    // A standalone server is trusted by the certificate it registered with.
+    let endpoint = |api: &Api| {
+        let store = api.store.clone();
+        async move {
+            store
+                .incus_endpoints(&["node1".to_owned()])
+                .await
+                .unwrap()
+                .remove(0)
+        }
+    };
+    assert_eq!(
+        endpoint(&api).await.trust,
+        racklift_store::EndpointTrust::Server(registered.clone())
+    );
+
+    let path = "/1.0/servers/node1:repin";
+    let body = json!({ "reason": "Incus certificate replaced by hand" });
+    for who in [VIEWER, OPERATOR] {
+        let (s, v) = api.call(Method::POST, path, who, Some(body.clone())).await;
+        assert_eq!(s, 403, "{v}");
+    }
+    let (s, v) = api
+        .call(Method::POST, path, ADMIN, Some(json!({ "reason": " " })))
+        .await;
+    assert_eq!(
+        (s, common::code(&v), common::field(&v)),
+        (400, "invalid_field", Some("reason")),
+        "{v}"
+    );
+    let (s, v) = api.call(Method::POST, path, ADMIN, Some(json!({}))).await;
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = api
+        .call(
+            Method::POST,
+            "/1.0/servers/nobody:repin",
+            ADMIN,
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!((s, common::code(&v)), (404, "server_not_found"), "{v}");
+    assert!(events(&api, "node1", "certificate_repin").await.is_empty());
+
+    let (s, v) = api.call(Method::POST, path, ADMIN, Some(body)).await;
+    assert_eq!((s, &v["repin_pending"]), (200, &json!(true)), "{v}");
+    let audit = events(&api, "node1", "certificate_repin").await;
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["detail"]["by"], "admin");
+    assert_eq!(audit[0]["detail"]["reason"], "Incus certificate replaced by hand");
+    assert_eq!(
+        audit[0]["detail"]["previous_certificate_sha256"],
+        registered.as_str()
+    );
+    // The next connection records what the server serves; once only.
+    assert_eq!(endpoint(&api).await.trust, racklift_store::EndpointTrust::Repin);
+    let served = "ab".repeat(32);
+    assert!(api.store.pin_incus_certificate("node1", &served).await.unwrap());
+    assert!(
+        !api.store
+            .pin_incus_certificate("node1", &"cd".repeat(32))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        endpoint(&api).await.trust,
+        racklift_store::EndpointTrust::Server(served.clone())
+    );
+    assert_eq!(events(&api, "node1", "certificate_pinned").await.len(), 1);
     api.stop().await;
     sim.shutdown().await;
 }

@@ -95,6 +95,7 @@ impl Seed {
             seed_archive: Vec::new(),
             registration_token: racklift_store::new_secret(),
             expected_hostname: None,
+            bmc_system_uuid: None,
         };
         let (record, _) = store
             .create_deployment(&self.queue, &new)
@@ -220,6 +221,7 @@ impl Seed {
             seed_archive: Vec::new(),
             registration_token: racklift_store::new_secret(),
             expected_hostname: None,
+            bmc_system_uuid: None,
         };
         let (record, _) = api
             .store

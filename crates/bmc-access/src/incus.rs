@@ -1,6 +1,7 @@
 //! Reaching a registered server's Incus API for cluster operations: racklift's client identity (from the
-//! store) presented over mutual TLS, the server's certificate pinned (the one it registered with, which Incus
-//! also serves, or the first one seen, which is then stored), and what a rolling run needs polled into
+//! store) presented over mutual TLS, the server's certificate pinned (its cluster's certificate once racklift
+//! knows it, else the one it registered with, which Incus also serves; the certificate it serves now only after
+//! an operator's repin), and what a rolling run needs polled into
 //! [`MemberFacts`]: the member's status in the cluster, the OS and application versions, and the versions
 //! racklift's update catalog offers it.
 //!
@@ -16,7 +17,7 @@ use racklift_deploy::rolling_run::{MemberFacts, MemberStatus, Phase, RollingRun}
 use racklift_incus::{
     CertPin, ClientIdentity, Fence, IncusClient, IncusConfig, OperationStatus, ServerTrust,
 };
-use racklift_store::{IncusEndpoint, Store, StoreError};
+use racklift_store::{EndpointTrust, IncusEndpoint, Store, StoreError};
 use tokio::sync::OnceCell;
 
 /// How the Incus APIs of servers are reached.
@@ -44,6 +45,10 @@ pub enum ClusterCheckError {
     NotOneCluster { detail: String },
     #[error("racklift's client identity")]
     Identity(#[source] StoreError),
+    #[error(
+        "server {server} registered no certificate racklift could trust; `racklift server repin` trusts the one it serves"
+    )]
+    NoCertificate { server: String },
 }
 
 /// A member as one poll found it.
@@ -99,12 +104,24 @@ impl IncusAccess {
         if let Some(cached) = self.cached(endpoint, url) {
             return Ok(Some(cached));
         }
+        let trust = match &endpoint.trust {
+            EndpointTrust::Cluster(pin) | EndpointTrust::Server(pin) => match pin.parse::<CertPin>() {
+                Ok(pin) => ServerTrust::Pinned(pin),
+                Err(_) => {
+                    return Err(ClusterCheckError::NoCertificate {
+                        server: endpoint.server.clone(),
+                    });
+                }
+            },
+            EndpointTrust::Repin => ServerTrust::FirstUse,
+            EndpointTrust::Unknown => {
+                return Err(ClusterCheckError::NoCertificate {
+                    server: endpoint.server.clone(),
+                });
+            }
+        };
         let identity = self.identity().await.map_err(ClusterCheckError::Identity)?;
-        let pin = endpoint
-            .certificate_sha256
-            .as_deref()
-            .and_then(|p| p.parse::<CertPin>().ok());
-        let mut config = IncusConfig::new(&endpoint.server, url, identity, ServerTrust::from_pin(pin));
+        let mut config = IncusConfig::new(&endpoint.server, url, identity, trust);
         config.allow_plain_http = self.settings.allow_plain_http;
         config.call_deadline = self.settings.call_timeout;
         let client = IncusClient::new(config).map_err(|source| ClusterCheckError::Unreachable {
@@ -116,7 +133,7 @@ impl IncusAccess {
             endpoint.server.clone(),
             CachedClient {
                 url: url.clone(),
-                pin: endpoint.certificate_sha256.clone(),
+                pin: endpoint.pin().map(str::to_owned),
                 client: client.clone(),
             },
         );
@@ -127,7 +144,7 @@ impl IncusAccess {
     fn cached(&self, endpoint: &IncusEndpoint, url: &str) -> Option<IncusClient> {
         self.lock_clients()
             .get(&endpoint.server)
-            .filter(|c| c.url == url && c.pin == endpoint.certificate_sha256)
+            .filter(|c| c.url == url && c.pin.as_deref() == endpoint.pin())
             .map(|c| c.client.clone())
     }
 
@@ -136,16 +153,27 @@ impl IncusAccess {
         self.clients.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Stores the certificate a first contact recorded, so later calls are pinned to it.
+    /// Stores the certificate the first connection after an operator's repin recorded, so later calls are
+    /// pinned to it.
     async fn keep_pin(&self, endpoint: &IncusEndpoint, client: &IncusClient) {
-        if endpoint.certificate_sha256.is_none()
-            && let Some(pin) = client.observed_pin()
-            && let Err(e) = self
-                .store
-                .pin_incus_certificate(&endpoint.server, &pin.to_string())
-                .await
+        if endpoint.trust != EndpointTrust::Repin {
+            return;
+        }
+        let Some(pin) = client.observed_pin() else {
+            return;
+        };
+        match self
+            .store
+            .pin_incus_certificate(&endpoint.server, &pin.to_string())
+            .await
         {
-            tracing::warn!(server = %endpoint.server, error = %e, "could not store the Incus certificate pin");
+            Ok(true) => {
+                tracing::info!(server = %endpoint.server, certificate = %pin, "Incus certificate pinned after a repin")
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(server = %endpoint.server, error = %e, "could not store the Incus certificate pin")
+            }
         }
     }
 

@@ -82,6 +82,18 @@ enum ServerCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Trust the certificate the server's Incus API serves at racklift's next connection, in place of the one it
+    /// registered with (admin; recorded in its event log with the reason).
+    Repin {
+        /// The server's name.
+        name: String,
+        /// Why the certificate changed, for the event log.
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+        /// Print the API's JSON instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -280,7 +292,30 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             };
             bmc_action(&client, &name, "media", &body, idempotency_key, json).await
         }
+        ServerCommand::Repin { name, reason, json } => repin(&client, &name, &reason, json).await,
     }
+}
+
+/// The body of `…:repin`.
+#[derive(Serialize)]
+struct RepinBody<'a> {
+    reason: &'a str,
+}
+
+/// Asks the API to pin the certificate the server serves at the next connection.
+async fn repin(client: &Client, name: &str, reason: &str, as_json: bool) -> anyhow::Result<()> {
+    let path = format!("{}:repin", server_path(name));
+    let answer = client
+        .post(&path, &serde_json::to_value(RepinBody { reason })?, |r| r)
+        .await?;
+    if as_json {
+        return print_json(&answer);
+    }
+    println!(
+        "{name}: racklift will trust the certificate its Incus API serves at the next connection; \
+         see racklift events {name}"
+    );
+    Ok(())
 }
 
 /// Enqueues an ad-hoc BMC action and says where its outcome will show: the server's event log.

@@ -332,6 +332,24 @@ impl State {
         self.kind() == Kind::Terminal
     }
 
+    /// Whether the installer has finished by this state, so the installed IncusOS may register: from the media
+    /// detach after the install wait on, through the reboot and registration waits and the missed-eject repair.
+    /// Anything earlier is the installer (or racklift's preparation) still running; a registration then came
+    /// from something else holding the token, or from an install racklift has not seen end, and IncusOS simply
+    /// retries on its restart loop.
+    pub fn installer_finished(self) -> bool {
+        matches!(
+            self,
+            State::DetachMedia
+                | State::WaitMediaDetached
+                | State::WaitReboot
+                | State::WaitRegistration
+                | State::PowerOffMissedEject
+                | State::WaitPowerOffMissedEject
+                | State::PowerOnMissedEject
+        )
+    }
+
     /// The clean up a cancellation triggers itself; the only states a cancel does not preempt.
     pub fn is_cancel_cleanup(self) -> bool {
         matches!(self, State::Cancel | State::WaitCancel)
@@ -470,6 +488,26 @@ pub fn is_edge(from: State, to: State) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The states a registration is accepted in are exactly those the install's end leads to (drawn flow edges
+    /// from the media detach) before the clean up that follows a registration.
+    #[test]
+    fn installer_finished_is_what_follows_the_install_until_clean_up() {
+        let mut reached = vec![State::DetachMedia];
+        let mut i = 0;
+        while i < reached.len() {
+            for e in reached[i].def().edges {
+                let onward = e.group == Group::Flow && !e.to.is_terminal() && e.to != State::Cleanup;
+                if onward && !reached.contains(&e.to) {
+                    reached.push(e.to);
+                }
+            }
+            i += 1;
+        }
+        for state in State::all() {
+            assert_eq!(state.installer_finished(), reached.contains(&state), "{state}");
+        }
+    }
 
     #[test]
     fn table_is_in_enum_order() {

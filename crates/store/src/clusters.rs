@@ -98,18 +98,57 @@ struct EndpointRow {
     connection_url: Option<String>,
     incus_certificate_sha256: Option<String>,
     client_certificate_sha256: Option<String>,
+    cluster_certificate_sha256: Option<String>,
+    repin: bool,
 }
 
 impl From<EndpointRow> for IncusEndpoint {
     fn from(r: EndpointRow) -> IncusEndpoint {
+        let trust = endpoint_trust(
+            r.repin,
+            r.cluster_certificate_sha256,
+            r.incus_certificate_sha256,
+            r.client_certificate_sha256,
+        );
         IncusEndpoint {
             server: r.name,
             connection_url: r.connection_url,
-            // Pinned at first contact, else the certificate it registered with (Incus serves the same one).
-            certificate_sha256: r.incus_certificate_sha256.or(r.client_certificate_sha256),
+            trust,
         }
     }
 }
+
+/// The detail of a `certificate_pinned` event.
+#[derive(serde::Serialize)]
+struct PinnedDetail<'a> {
+    certificate_sha256: &'a str,
+}
+
+/// How a server's Incus API is trusted (Operations Center's `GetCertificate`: a clustered server by its
+/// cluster's certificate, a standalone one by the certificate it registered with, which Incus also serves):
+/// an operator's pending repin first (the next connection records what the server serves), then the cluster's
+/// certificate, then a certificate a repin recorded, then the registration certificate. A server with none of
+/// them is not called: racklift never trusts a certificate merely because it was the first one seen.
+fn endpoint_trust(
+    repin: bool,
+    cluster: Option<String>,
+    repinned: Option<String>,
+    registered: Option<String>,
+) -> EndpointTrust {
+    if repin {
+        return EndpointTrust::Repin;
+    }
+    match (cluster, repinned, registered) {
+        (Some(pin), _, _) => EndpointTrust::Cluster(pin),
+        (None, Some(pin), _) | (None, None, Some(pin)) => EndpointTrust::Server(pin),
+        (None, None, None) => EndpointTrust::Unknown,
+    }
+}
+
+/// The `SELECT` list and joins every endpoint read uses: a server with its cluster's certificate, if any.
+const ENDPOINT_FROM: &str = "SELECT s.name, s.connection_url, s.incus_certificate_sha256, s.client_certificate_sha256, \
+     c.certificate_sha256 AS cluster_certificate_sha256, s.incus_repin_requested_at IS NOT NULL AS repin \
+     FROM servers s LEFT JOIN cluster_members cm ON cm.server = s.name LEFT JOIN clusters c ON c.name = cm.cluster";
 
 fn cluster_not_found(name: &str) -> StoreError {
     StoreError::NotFound {
@@ -232,24 +271,39 @@ impl Store {
         })
     }
 
-    /// Pins the SHA-256 of the certificate a server's Incus API presented at first contact.
-    pub async fn pin_incus_certificate(&self, server: &str, sha256: &str) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE servers SET incus_certificate_sha256 = $2 WHERE name = $1 AND incus_certificate_sha256 IS NULL",
+    /// Pins the SHA-256 of the certificate a server's Incus API presented on the first connection after an
+    /// operator's repin. `false` when no repin was pending any more (another connection recorded one first).
+    pub async fn pin_incus_certificate(&self, server: &str, sha256: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE servers SET incus_certificate_sha256 = $2, incus_repin_requested_at = NULL, updated_at = now() \
+             WHERE name = $1 AND incus_repin_requested_at IS NOT NULL",
         )
         .bind(server)
         .bind(sha256)
         .execute(&self.pool)
         .await?;
-        Ok(())
+        if done.rows_affected() == 1 {
+            crate::events::insert(
+                &self.pool,
+                server,
+                None,
+                "certificate_pinned",
+                None,
+                &serde_json::to_value(PinnedDetail {
+                    certificate_sha256: sha256,
+                })
+                .expect("a pin serialises"),
+            )
+            .await?;
+        }
+        Ok(done.rows_affected() == 1)
     }
 
     /// Where each member's Incus API is and how to trust it, in the cluster's order.
     pub async fn cluster_endpoints(&self, cluster: &str) -> Result<Vec<IncusEndpoint>, StoreError> {
-        let rows: Vec<EndpointRow> = sqlx::query_as(
-            "SELECT s.name, s.connection_url, s.incus_certificate_sha256, s.client_certificate_sha256 \
-             FROM cluster_members m JOIN servers s ON s.name = m.server WHERE m.cluster = $1 ORDER BY m.position",
-        )
+        let rows: Vec<EndpointRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "{ENDPOINT_FROM} WHERE cm.cluster = $1 ORDER BY cm.position"
+        )))
         .bind(cluster)
         .fetch_all(&self.pool)
         .await?;
@@ -260,13 +314,11 @@ impl Store {
     pub async fn incus_endpoints(&self, servers: &[String]) -> Result<Vec<IncusEndpoint>, StoreError> {
         let mut out = Vec::with_capacity(servers.len());
         for name in servers {
-            let row: Option<EndpointRow> = sqlx::query_as(
-                "SELECT name, connection_url, incus_certificate_sha256, client_certificate_sha256 FROM servers \
-                 WHERE name = $1",
-            )
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
+            let row: Option<EndpointRow> =
+                sqlx::query_as(sqlx::AssertSqlSafe(format!("{ENDPOINT_FROM} WHERE s.name = $1")))
+                    .bind(name)
+                    .fetch_optional(&self.pool)
+                    .await?;
             out.push(row.map(IncusEndpoint::from).ok_or_else(|| StoreError::NotFound {
                 what: "server",
                 name: name.clone(),
@@ -276,11 +328,60 @@ impl Store {
     }
 }
 
-/// A member's Incus API: its address (from registration) and the certificate it is trusted by (pinned at first
-/// contact, or the one the server presented when it registered: Incus uses one certificate for both).
+/// A member's Incus API: its address (from registration) and how its certificate is trusted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IncusEndpoint {
     pub server: String,
     pub connection_url: Option<String>,
-    pub certificate_sha256: Option<String>,
+    pub trust: EndpointTrust,
+}
+
+impl IncusEndpoint {
+    /// The SHA-256 the server's certificate is pinned to, when there is one.
+    pub fn pin(&self) -> Option<&str> {
+        match &self.trust {
+            EndpointTrust::Cluster(pin) | EndpointTrust::Server(pin) => Some(pin),
+            EndpointTrust::Repin | EndpointTrust::Unknown => None,
+        }
+    }
+}
+
+/// Which certificate a server's Incus API must present ([`endpoint_trust`] says which applies).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointTrust {
+    /// Its cluster's certificate (SHA-256): the server is a member of a cluster whose certificate is pinned.
+    Cluster(String),
+    /// Its own certificate (SHA-256): the one it registered with, or the one a repin recorded.
+    Server(String),
+    /// An operator asked to trust what the server serves now: the next connection records it.
+    Repin,
+    /// None known (the server registered without a certificate): it is not called.
+    Unknown,
+}
+
+#[cfg(test)]
+mod trust_tests {
+    use super::{EndpointTrust, endpoint_trust};
+
+    #[test]
+    fn a_pending_repin_then_the_cluster_then_the_server_certificate_is_trusted() {
+        let pin = |s: &str| Some(s.to_owned());
+        #[rustfmt::skip]
+        let cases = [
+            (true, pin("c"), pin("r"), pin("g"), EndpointTrust::Repin),
+            (false, pin("c"), pin("r"), pin("g"), EndpointTrust::Cluster("c".into())),
+            (false, None, pin("r"), pin("g"), EndpointTrust::Server("r".into())),
+            (false, None, None, pin("g"), EndpointTrust::Server("g".into())),
+            (false, None, None, None, EndpointTrust::Unknown),
+            (true, None, None, None, EndpointTrust::Repin),
+        ];
+        for (repin, cluster, repinned, registered, trust) in cases {
+            let label = format!("{repin} {cluster:?} {repinned:?} {registered:?}");
+            assert_eq!(
+                endpoint_trust(repin, cluster, repinned, registered),
+                trust,
+                "{label}"
+            );
+        }
+    }
 }

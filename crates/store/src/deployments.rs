@@ -110,8 +110,10 @@ pub struct NewDeployment {
     pub seed_archive: Vec<u8>,
     /// The token in the seed's provider.yaml: registers this deployment and no other.
     pub registration_token: String,
-    /// The hostname the installed server will register with, when it can be told in advance.
+    /// The hostname the installed server will register with, when its seed names one.
     pub expected_hostname: Option<String>,
+    /// The system UUID the BMC reported: the name IncusOS registers under when the seed names no hostname.
+    pub bmc_system_uuid: Option<String>,
 }
 
 /// The payload of a deployment's step job.
@@ -181,8 +183,8 @@ impl Store {
         // `deployments_idempotency`) to commit, then lets this transaction read what it made.
         let inserted: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO deployments (server, media_secret, image_id, token, seed, plan, media_slot, machine, state, \
-             seq, idempotency_key, requested_by, seed_archive, registration_token, expected_hostname) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+             seq, idempotency_key, requested_by, seed_archive, registration_token, expected_hostname, bmc_system_uuid) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
              ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
         )))
         .bind(&new.server)
@@ -200,6 +202,7 @@ impl Store {
         .bind(&new.seed_archive)
         .bind(&new.registration_token)
         .bind(&new.expected_hostname)
+        .bind(&new.bmc_system_uuid)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = inserted else {

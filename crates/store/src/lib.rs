@@ -25,15 +25,18 @@ pub use catalog::{
     ProvisioningToken, Role, Seed,
 };
 pub use clusters::{
-    Cluster, ClusterOperation, ClusterStep, IncusEndpoint, NewCluster, OperationControl, OperationStatus,
-    RestoreMode, RunUpdate,
+    Cluster, ClusterOperation, ClusterStep, EndpointTrust, IncusEndpoint, NewCluster, OperationControl,
+    OperationStatus, RestoreMode, RunUpdate,
 };
 pub use deployments::{DeploymentRecord, DeploymentStep, NewDeployment, STEP_KIND, queue_error, step_job};
 pub use error::StoreError;
 pub use events::Event;
 pub use identity::{CLIENT_IDENTITY_NAME, ClientIdentity};
 pub use media::{ApiFacts, MediaRead, MediaTarget};
-pub use registration::{Registered, RegistrationRefused, RegistrationRequest};
+pub use registration::{
+    ExpectedName, Registered, RegistrationRefused, RegistrationRequest, Repin, SelfUpdate,
+    registration_name_accepted,
+};
 pub use servers::{NewServer, Server, ServerStatus, ServerUpdate, advance_fence};
 pub use triage::actions::{Canceled, Retried, TriageError};
 pub use triage::bulk::{BulkRetry, Skipped};

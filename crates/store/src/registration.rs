@@ -10,16 +10,26 @@ use serde::Serialize;
 use crate::deployments::wake_step;
 use crate::{Store, StoreError};
 
-/// What the installed server told about itself.
+/// What the installed server told about itself (Operations Center's `ServerPost`, the keys racklift keeps) and
+/// the certificate it proved over TLS. Serialised, it is the server's stored `registration` and the detail of
+/// its `registered` event.
 #[derive(Debug, Clone, Serialize)]
 pub struct RegistrationRequest<'a> {
     /// The hostname IncusOS registered with.
     pub name: &'a str,
     /// Where its Incus API answers (`https://<management address>:8443`).
     pub connection_url: &'a str,
-    /// SHA-256 of the Incus client certificate the server presented over TLS, if it presented one: how it is
-    /// recognised when it calls again (update checks).
+    /// The SMBIOS product UUID IncusOS read; `Some("")` when it could not read one, `None` when the key was
+    /// not sent at all.
+    pub system_uuid: Option<&'a str>,
+    /// `/etc/machine-id`, as `system_uuid`.
+    pub machine_id: Option<&'a str>,
+    /// SHA-256 of the client certificate the server presented over TLS (Incus' `server.crt`): how it is
+    /// recognised when it calls again (`PUT :self`, update checks).
     pub client_certificate_sha256: Option<&'a str>,
+    /// That certificate as presented (DER); kept on the server, never in events.
+    #[serde(skip)]
+    pub client_certificate_der: Option<&'a [u8]>,
 }
 
 /// A registration accepted.
@@ -29,7 +39,7 @@ pub struct Registered {
     pub deployment_id: i64,
 }
 
-/// Why a registration was refused; each is answered 403.
+/// Why a registration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistrationRefused {
     #[error("no deployment has this registration token")]
@@ -38,7 +48,11 @@ pub enum RegistrationRefused {
     Replay { server: String },
     #[error("the deployment of {server} has finished")]
     Finished { server: String },
-    #[error("the deployment of {server} expects the hostname {expected:?}, not {given:?}")]
+    #[error("no client certificate provided: {server} registers with the certificate of its Incus")]
+    NoClientCertificate { server: String },
+    #[error("the installer of {server} has not finished (the deployment is at {state})")]
+    InstallNotFinished { server: String, state: String },
+    #[error("the deployment of {server} expects the hostname {expected}, not {given:?}")]
     WrongName {
         server: String,
         expected: String,
@@ -55,8 +69,19 @@ impl RegistrationRefused {
             RegistrationRefused::UnknownToken => "unknown_registration_token",
             RegistrationRefused::Replay { .. } => "registration_replayed",
             RegistrationRefused::Finished { .. } => "deployment_finished",
+            RegistrationRefused::NoClientCertificate { .. } => "client_certificate_required",
+            RegistrationRefused::InstallNotFinished { .. } => "install_not_finished",
             RegistrationRefused::WrongName { .. } => "wrong_hostname",
             RegistrationRefused::TokenSpent { .. } => "provisioning_token_spent",
+        }
+    }
+
+    /// The request part the refusal concerns.
+    pub fn field(&self) -> &'static str {
+        match self {
+            RegistrationRefused::WrongName { .. } => "name",
+            RegistrationRefused::NoClientCertificate { .. } => "client_certificate",
+            _ => "token",
         }
     }
 
@@ -66,6 +91,8 @@ impl RegistrationRefused {
             RegistrationRefused::UnknownToken => None,
             RegistrationRefused::Replay { server }
             | RegistrationRefused::Finished { server }
+            | RegistrationRefused::NoClientCertificate { server }
+            | RegistrationRefused::InstallNotFinished { server, .. }
             | RegistrationRefused::WrongName { server, .. }
             | RegistrationRefused::TokenSpent { server } => Some(server),
         }
@@ -77,7 +104,9 @@ struct Claim {
     id: i64,
     server: String,
     token: uuid::Uuid,
+    state: String,
     expected_hostname: Option<String>,
+    bmc_system_uuid: Option<String>,
     registered: bool,
     finished: bool,
 }
@@ -93,8 +122,8 @@ impl Store {
     ) -> Result<Result<Registered, RegistrationRefused>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let claim: Option<Claim> = sqlx::query_as(
-            "SELECT id, server, token, expected_hostname, registered_at IS NOT NULL AS registered, \
-                    finished_at IS NOT NULL AS finished \
+            "SELECT id, server, token, state, expected_hostname, bmc_system_uuid, \
+                    registered_at IS NOT NULL AS registered, finished_at IS NOT NULL AS finished \
              FROM deployments WHERE registration_token = $1 FOR UPDATE",
         )
         .bind(registration_token)
@@ -104,14 +133,29 @@ impl Store {
             return Ok(Err(RegistrationRefused::UnknownToken));
         };
         let server = c.server.clone();
+        let expected = ExpectedName {
+            seeded_hostname: c.expected_hostname.as_deref(),
+            bmc_system_uuid: c.bmc_system_uuid.as_deref(),
+        };
+        let installer_finished = c
+            .state
+            .parse::<racklift_deploy::State>()
+            .is_ok_and(racklift_deploy::State::installer_finished);
         let refused = if c.registered {
             Some(RegistrationRefused::Replay { server })
         } else if c.finished {
             Some(RegistrationRefused::Finished { server })
-        } else if let Some(expected) = c.expected_hostname.filter(|e| !hostname_matches(e, request.name)) {
+        } else if request.client_certificate_der.is_none() || request.client_certificate_sha256.is_none() {
+            Some(RegistrationRefused::NoClientCertificate { server })
+        } else if !installer_finished {
+            Some(RegistrationRefused::InstallNotFinished {
+                server,
+                state: c.state.clone(),
+            })
+        } else if !registration_name_accepted(&expected, request) {
             Some(RegistrationRefused::WrongName {
                 server,
-                expected,
+                expected: expected.describe(),
                 given: request.name.to_owned(),
             })
         } else {
@@ -145,23 +189,30 @@ impl Store {
         if let Some(sha256) = request.client_certificate_sha256 {
             // One certificate names one server: a disk moved to another chassis takes its identity with it.
             sqlx::query(
-                "UPDATE servers SET client_certificate_sha256 = NULL, updated_at = now() \
-                 WHERE client_certificate_sha256 = $1 AND name <> $2",
+                "UPDATE servers SET client_certificate_sha256 = NULL, client_certificate_der = NULL, \
+                 updated_at = now() WHERE client_certificate_sha256 = $1 AND name <> $2",
             )
             .bind(sha256)
             .bind(&c.server)
             .execute(&mut *tx)
             .await?;
         }
+        // A fresh install has a fresh Incus certificate: whatever was pinned for the previous one goes, and the
+        // registration certificate is what a standalone server is trusted by from now on.
         let updated = sqlx::query(
             "UPDATE servers SET registered_at = now(), registration = $2, connection_url = $3, \
-             client_certificate_sha256 = $4, status = CASE WHEN status = 'deploying' THEN status ELSE 'registered' END, \
+             client_certificate_sha256 = $4, client_certificate_der = $5, system_uuid = $6, machine_id = $7, \
+             incus_certificate_sha256 = NULL, incus_repin_requested_at = NULL, \
+             status = CASE WHEN status = 'deploying' THEN status ELSE 'registered' END, \
              status_detail = 'registered', updated_at = now() WHERE name = $1",
         )
         .bind(&c.server)
         .bind(&detail)
         .bind(request.connection_url)
         .bind(request.client_certificate_sha256)
+        .bind(request.client_certificate_der)
+        .bind(request.system_uuid)
+        .bind(request.machine_id)
         .execute(&mut *tx)
         .await?;
         if updated.rows_affected() != 1 {
@@ -205,18 +256,166 @@ impl Store {
     }
 }
 
-/// Whether IncusOS registering as `given` is the server expected as `expected`. Hostnames compare without case.
-/// When the expected name is the system UUID the BMC reported (IncusOS's default hostname is the SMBIOS product
-/// UUID the OS reads), the OS may also show it with the first three fields byte-swapped: SMBIOS before 2.6 left
-/// their byte order open, and BMCs and kernels of one machine have been seen to disagree.
-pub fn hostname_matches(expected: &str, given: &str) -> bool {
-    if expected.eq_ignore_ascii_case(given) {
+/// A registered server's `PUT /1.0/provisioning/servers/:self` (Operations Center's `ServerSelfUpdate`), as
+/// racklift applies it: the cause is recorded, and the address replaces the stored one when `apply_address`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SelfUpdate<'a> {
+    pub cause: &'a str,
+    pub connection_url: &'a str,
+    /// Whether the cause carries the server's current address, to be stored.
+    pub apply_address: bool,
+}
+
+impl Store {
+    /// Applies a server's self-update, finding the server by the certificate it registered with; `None` when no
+    /// server registered with that certificate. Every call is a `self_update` event on the server.
+    pub async fn self_update(
+        &self,
+        client_certificate_sha256: &str,
+        update: &SelfUpdate<'_>,
+    ) -> Result<Option<String>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let server: Option<String> =
+            sqlx::query_scalar("SELECT name FROM servers WHERE client_certificate_sha256 = $1 FOR UPDATE")
+                .bind(client_certificate_sha256)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some(server) = server else {
+            return Ok(None);
+        };
+        if update.apply_address {
+            let done =
+                sqlx::query("UPDATE servers SET connection_url = $2, updated_at = now() WHERE name = $1")
+                    .bind(&server)
+                    .bind(update.connection_url)
+                    .execute(&mut *tx)
+                    .await?;
+            if done.rows_affected() != 1 {
+                return Err(StoreError::NotFound {
+                    what: "server",
+                    name: server,
+                });
+            }
+        }
+        let detail = serde_json::to_value(update).expect("a self-update serialises");
+        crate::events::insert(&mut *tx, &server, None, "self_update", None, &detail).await?;
+        tx.commit().await?;
+        Ok(Some(server))
+    }
+}
+
+/// An operator's repin of a server's Incus certificate, as recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Repin<'a> {
+    /// The API token's name.
+    pub by: &'a str,
+    pub reason: &'a str,
+}
+
+impl Store {
+    /// Clears the certificate a server's Incus API is pinned to, so that the next connection records and pins
+    /// the certificate the server then serves; audited as a `certificate_repin` event with who, why and the pin
+    /// it replaced. `NotFound` for an unknown server.
+    pub async fn request_incus_repin(&self, server: &str, repin: &Repin<'_>) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let previous: Option<(Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT incus_certificate_sha256, client_certificate_sha256 FROM servers WHERE name = $1 FOR UPDATE",
+        )
+        .bind(server)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((repinned, registered)) = previous else {
+            return Err(StoreError::NotFound {
+                what: "server",
+                name: server.to_owned(),
+            });
+        };
+        let done = sqlx::query(
+            "UPDATE servers SET incus_certificate_sha256 = NULL, incus_repin_requested_at = now(), \
+             updated_at = now() WHERE name = $1",
+        )
+        .bind(server)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            return Err(StoreError::NotFound {
+                what: "server",
+                name: server.to_owned(),
+            });
+        }
+        let detail = serde_json::to_value(RepinDetail {
+            repin,
+            previous_certificate_sha256: repinned.or(registered),
+        })
+        .expect("a repin serialises");
+        crate::events::insert(&mut *tx, server, None, "certificate_repin", None, &detail).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// The detail of a `certificate_repin` event.
+#[derive(Serialize)]
+struct RepinDetail<'a> {
+    #[serde(flatten)]
+    repin: &'a Repin<'a>,
+    previous_certificate_sha256: Option<String>,
+}
+
+/// Whom a deployment expects to register: the hostname its seed names, and the system UUID its BMC reported.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpectedName<'a> {
+    pub seeded_hostname: Option<&'a str>,
+    pub bmc_system_uuid: Option<&'a str>,
+}
+
+impl ExpectedName<'_> {
+    /// For the refusal's message.
+    fn describe(&self) -> String {
+        match (self.seeded_hostname, self.bmc_system_uuid) {
+            (Some(host), _) => format!("{host:?}"),
+            (None, Some(uuid)) => format!("its system UUID {uuid:?} (or its machine-id without a UUID)"),
+            (None, None) => "its system UUID (or its machine-id without a UUID)".to_owned(),
+        }
+    }
+}
+
+/// Whether IncusOS registering as `request.name` is the server the deployment expects. IncusOS names itself as
+/// `internal/state` `Hostname()` does: the seeded hostname, else the DMI product UUID, else the machine-id; and
+/// it sends the UUID and machine-id it read beside the name (empty when unreadable). So:
+///
+/// - with a seeded hostname, the name must be it;
+/// - without one, a sent UUID must be the name, and the BMC's UUID when the BMC reported one;
+/// - a sent but empty UUID leaves the machine-id, which must be the name;
+/// - a client that sends no UUID key at all (not IncusOS's `ServerPost`) must use the BMC's UUID as its name.
+///
+/// Names compare without case; UUIDs also with their first three fields byte-swapped (SMBIOS before 2.6 left
+/// their byte order open, and BMCs and kernels of one machine have been seen to disagree).
+pub fn registration_name_accepted(expected: &ExpectedName<'_>, request: &RegistrationRequest<'_>) -> bool {
+    let name = request.name;
+    if let Some(host) = expected.seeded_hostname {
+        // Deployments made before the BMC's UUID was kept apart stored it here; uuid_matches covers them.
+        return host.eq_ignore_ascii_case(name) || uuid_matches(host, name);
+    }
+    let bmc_agrees = |uuid: &str| expected.bmc_system_uuid.is_none_or(|bmc| uuid_matches(bmc, uuid));
+    match request.system_uuid {
+        Some(uuid) if !uuid.is_empty() => uuid.eq_ignore_ascii_case(name) && bmc_agrees(uuid),
+        Some(_) => request
+            .machine_id
+            .is_some_and(|id| !id.is_empty() && id.eq_ignore_ascii_case(name)),
+        None => bmc_agrees(name),
+    }
+}
+
+/// Whether two spellings name one UUID: equal without case, or with the first three fields byte-swapped.
+fn uuid_matches(a: &str, b: &str) -> bool {
+    if a.eq_ignore_ascii_case(b) {
         return true;
     }
-    match (uuid::Uuid::parse_str(expected), uuid::Uuid::parse_str(given)) {
-        (Ok(e), Ok(g)) => {
-            let (a, b, c, d) = e.as_fields();
-            uuid::Uuid::from_fields(a.swap_bytes(), b.swap_bytes(), c.swap_bytes(), d) == g
+    match (uuid::Uuid::parse_str(a), uuid::Uuid::parse_str(b)) {
+        (Ok(x), Ok(y)) => {
+            let (f1, f2, f3, f4) = x.as_fields();
+            x == y || uuid::Uuid::from_fields(f1.swap_bytes(), f2.swap_bytes(), f3.swap_bytes(), f4) == y
         }
         _ => false,
     }
@@ -233,36 +432,65 @@ struct RefusalDetail<'a> {
 
 #[cfg(test)]
 mod hostname_tests {
-    use super::hostname_matches;
+    use super::{ExpectedName, RegistrationRequest, registration_name_accepted};
+
+    const BMC: &str = "4c4c4544-0042-3510-8052-b4c04f4e4d32";
+    const SWAPPED: &str = "44454c4c-4200-1035-8052-b4c04f4e4d32";
+    const OTHER: &str = "44454c4c-4200-1035-8052-b4c04f4e4d33";
+    const MACHINE_ID: &str = "b4c04f4e4d32445a8c1f0e9d7c6b5a49";
+
+    fn request<'a>(
+        name: &'a str,
+        system_uuid: Option<&'a str>,
+        machine_id: Option<&'a str>,
+    ) -> RegistrationRequest<'a> {
+        RegistrationRequest {
+            name,
+            connection_url: "https://10.0.3.17:8443",
+            system_uuid,
+            machine_id,
+            client_certificate_sha256: None,
+            client_certificate_der: None,
+        }
+    }
 
     #[test]
-    fn a_hostname_matches_without_case_and_a_uuid_also_with_its_first_fields_swapped() {
-        let cases = [
-            ("node2", "NODE2", true),
-            ("node2", "node3", false),
-            (
-                "4C4C4544-0042-3510-8052-B4C04F4E4D32",
-                "4c4c4544-0042-3510-8052-b4c04f4e4d32",
-                true,
-            ),
-            (
-                "4c4c4544-0042-3510-8052-b4c04f4e4d32",
-                "44454c4c-4200-1035-8052-b4c04f4e4d32",
-                true,
-            ),
-            (
-                "4c4c4544-0042-3510-8052-b4c04f4e4d32",
-                "44454c4c-4200-1035-8052-b4c04f4e4d33",
-                false,
-            ),
-            ("4c4c4544-0042-3510-8052-b4c04f4e4d32", "node1", false),
+    fn the_name_is_the_seeded_hostname_else_the_uuid_else_the_machine_id() {
+        let seeded = |h| ExpectedName {
+            seeded_hostname: Some(h),
+            bmc_system_uuid: Some(BMC),
+        };
+        let unseeded = ExpectedName {
+            seeded_hostname: None,
+            bmc_system_uuid: Some(BMC),
+        };
+        let no_bmc = ExpectedName {
+            seeded_hostname: None,
+            bmc_system_uuid: None,
+        };
+        let upper = BMC.to_uppercase();
+        #[rustfmt::skip]
+        let cases: &[(&str, ExpectedName, RegistrationRequest, bool)] = &[
+            ("seeded hostname, any case", seeded("node2.rack1"), request("NODE2.rack1", Some(BMC), Some(MACHINE_ID)), true),
+            ("seeded hostname, another name", seeded("node2.rack1"), request("node2", Some(BMC), Some(MACHINE_ID)), false),
+            ("seeded hostname, registering as its UUID", seeded("node2"), request(BMC, Some(BMC), Some(MACHINE_ID)), false),
+            ("an older deployment that stored the UUID as the hostname", seeded(BMC), request(SWAPPED, None, None), true),
+            ("no hostname: the UUID it sent, the BMC's", unseeded, request(BMC, Some(BMC), Some(MACHINE_ID)), true),
+            ("no hostname: the UUID in upper case", unseeded, request(&upper, Some(&upper), Some(MACHINE_ID)), true),
+            ("no hostname: the UUID byte-swapped against the BMC's", unseeded, request(SWAPPED, Some(SWAPPED), Some(MACHINE_ID)), true),
+            ("no hostname: another machine's UUID", unseeded, request(OTHER, Some(OTHER), Some(MACHINE_ID)), false),
+            ("no hostname: a name other than the UUID it sent", unseeded, request(OTHER, Some(BMC), Some(MACHINE_ID)), false),
+            ("no hostname: the machine-id while it had a UUID", unseeded, request(MACHINE_ID, Some(BMC), Some(MACHINE_ID)), false),
+            ("no hostname, no UUID: the machine-id", unseeded, request(MACHINE_ID, Some(""), Some(MACHINE_ID)), true),
+            ("no hostname, no UUID: another name", unseeded, request("IncusOS", Some(""), Some(MACHINE_ID)), false),
+            ("no hostname, no UUID, no machine-id: the OS name", unseeded, request("IncusOS", Some(""), Some("")), false),
+            ("no UUID key sent: the BMC's UUID as the name", unseeded, request(SWAPPED, None, None), true),
+            ("no UUID key sent: another name", unseeded, request("node1", None, None), false),
+            ("no BMC UUID known: the UUID it sent", no_bmc, request(OTHER, Some(OTHER), Some(MACHINE_ID)), true),
+            ("no BMC UUID known: a name other than the UUID sent", no_bmc, request("node1", Some(OTHER), Some(MACHINE_ID)), false),
         ];
-        for (expected, given, matches) in cases {
-            assert_eq!(
-                hostname_matches(expected, given),
-                matches,
-                "{expected} vs {given}"
-            );
+        for (what, expected, request, accepted) in cases {
+            assert_eq!(registration_name_accepted(expected, request), *accepted, "{what}");
         }
     }
 }

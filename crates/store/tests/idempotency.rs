@@ -150,6 +150,7 @@ fn deployment(server: &str, key: Option<&str>) -> NewDeployment {
         seed_archive: Vec::new(),
         registration_token: racklift_store::new_secret(),
         expected_hostname: None,
+        bmc_system_uuid: None,
     }
 }
 

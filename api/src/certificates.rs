@@ -1,0 +1,79 @@
+//! `POST /1.0/servers/{name}:repin`: an operator tells racklift to trust the certificate a server's Incus API
+//! serves now. racklift pins a standalone server to the certificate it registered with and a clustered one to
+//! its cluster's certificate; when a server legitimately changes certificate outside racklift (Incus' certificate
+//! replaced by hand, a disk restored), its calls fail until an operator repins it. A repin clears the pin, and the
+//! next connection to the server records the certificate it then serves and pins that (trust on that one use,
+//! asked for and audited). Setting a PEM instead was not chosen: the operator would have to fetch the
+//! certificate out of band, and a typo would lock racklift out just as well.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use racklift_store::{Repin, StoreError};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::AppState;
+use crate::auth::Admin;
+use crate::error::{ApiError, Body, ErrorBody};
+use crate::openapi::AdminErrors;
+
+/// Why the certificate is to be trusted anew; kept in the server's event log with the caller.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RepinRequest {
+    #[schema(
+        min_length = 1,
+        max_length = 1024,
+        example = "Incus certificate replaced during maintenance"
+    )]
+    pub reason: String,
+}
+
+/// The repin as recorded.
+#[derive(Serialize, ToSchema)]
+pub struct RepinAccepted {
+    pub server: String,
+    /// The next connection to the server pins the certificate it serves.
+    pub repin_pending: bool,
+}
+
+/// Trust the certificate the server's Incus API serves at the next connection (admin; audited).
+#[utoipa::path(post, path = "/1.0/servers/{name}/_action/repin", tag = "servers", security(("bearer" = ["admin"])),
+    params(("name" = String, Path, example = "s1", description = "Server name")),
+    request_body = RepinRequest,
+    responses(
+        (status = 200, description = "The pin is cleared; the next connection records the certificate",
+            body = RepinAccepted),
+        (status = 404, description = "No such server", body = ErrorBody),
+        AdminErrors))]
+pub async fn repin(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    Path(name): Path<String>,
+    Body(req): Body<RepinRequest>,
+) -> Result<Json<RepinAccepted>, ApiError> {
+    let reason = req.reason.trim();
+    if reason.is_empty() || reason.chars().count() > 1024 {
+        return Err(ApiError::invalid("reason", "must be 1 to 1024 characters"));
+    }
+    let repin = Repin {
+        by: caller.name(),
+        reason,
+    };
+    state
+        .store
+        .request_incus_repin(&name, &repin)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "server_not_found", e.to_string()).field("name")
+            }
+            other => other.into(),
+        })?;
+    tracing::info!(server = %name, by = caller.name(), reason, "Incus certificate repin requested");
+    Ok(Json(RepinAccepted {
+        server: name,
+        repin_pending: true,
+    }))
+}
