@@ -159,6 +159,19 @@ async fn every_preflight_check_rejects_with_its_code() {
         "media_device_not_found",
         Some("media_device"),
     );
+    // The catalog's image is a disk image (512-byte sectors): a CD slot cannot boot it.
+    expect(
+        deploy(
+            &api,
+            "node1",
+            json!({ "token": token, "seed": "web", "media_device": "CD1" }),
+            None,
+        )
+        .await,
+        422,
+        "media_device_unsuitable",
+        Some("media_device"),
+    );
 
     // A BMC without any virtual media device.
     let stub = no_media_bmc().await;
@@ -198,7 +211,7 @@ async fn every_preflight_check_rejects_with_its_code() {
         deploy(&api, "bare", ok.clone(), None).await,
         409,
         "server_registered",
-        Some("name"),
+        Some("force_install"),
     );
     api.stop().await;
     sim.shutdown().await;
@@ -270,10 +283,15 @@ async fn deploy_enqueues_one_job_and_is_idempotent() {
     assert!(!seed.update.auto_reboot);
     assert_eq!(plan["bios"]["attributes"]["Cores"], 4);
     assert_eq!(plan["image_size_bytes"], common::IMAGE_MIN);
-    assert!(
-        slot.and_then(|s| s.as_str().map(str::to_owned))
-            .is_some_and(|s| s.contains(':'))
-    );
+    // A disk image (512-byte sectors) goes into the USBStick slot and boots `Usb`, its URL named `.img`.
+    assert_eq!(slot, Some(json!("system:USB1")));
+    assert!(url.ends_with(".img"), "{url}");
+    let target: Option<String> = sqlx::query_scalar("SELECT boot_target FROM deployments WHERE id = $1")
+        .bind(first["id"].as_i64().unwrap())
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(target.as_deref(), Some("Usb"));
     let (_, v) = api
         .call(Method::GET, "/1.0/servers/node1", common::VIEWER, None)
         .await;

@@ -302,7 +302,7 @@ impl SimHandle {
         let files = seed::SeedFiles::from_partition(seed)?;
         let bmc = &self.fleet.bmcs[i];
         let mut m = bmc.machine();
-        m.os.install_fresh(files.without_install());
+        m.os.install_fresh(files.without_install(), None);
         m.os.registered = true;
         driver::power_on(bmc, &mut m);
         Ok(())

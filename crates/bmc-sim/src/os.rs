@@ -101,6 +101,9 @@ pub async fn start(bmc: &Bmc, generation: u64) -> Result<(), Halt> {
     let (registered, identity) = {
         let mut m = current(bmc, generation)?;
         m.phase = OsPhase::OsRunning;
+        // systemd writes /etc/machine-id at the first boot of the installed system.
+        m.os.machine_id
+            .get_or_insert_with(|| uuid::Uuid::new_v4().simple().to_string());
         m.os.hostname = Some(startup.hostname.clone());
         if let Some(channel) = startup.channel {
             m.os.channel = channel;
