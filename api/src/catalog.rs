@@ -156,6 +156,17 @@ pub async fn create_seed(
             ));
         }
     }
+    if let Some(c) = new.install_config.get("force_install_confirmation")
+        && !c.is_null()
+        && !c
+            .as_str()
+            .is_some_and(|c| c.len() == 6 && c.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    {
+        return Err(ApiError::invalid(
+            "install_config.force_install_confirmation",
+            "must be six lower-case hex characters, the start of the machine-id IncusOS compares it with",
+        ));
+    }
     // What IncusOS would not read is refused now, naming the key, not at the first deployment.
     if !new.install_config.is_null()
         && let Err(e) =
@@ -277,8 +288,10 @@ pub async fn list_images(State(state): State<AppState>, _: Viewer) -> Result<Jso
     Ok(Json(state.store.images().await?))
 }
 
-/// Register an image file: IncusOS's `.img` (512-byte sectors, booted from a USB slot) or `.iso` (2048-byte
-/// sectors, booted from a CD slot), either one gzip-compressed or not. `size_bytes` is the registered file's
+/// Register an image file.
+///
+/// IncusOS's `.img` (512-byte sectors, booted from a USB slot) or `.iso` (2048-byte sectors, booted from a CD
+/// slot), either one gzip-compressed or not. `size_bytes` is the registered file's
 /// size; a compressed file is decompressed beside itself (the name without `.gz`) and the image record names
 /// that file, its size and its SHA-256.
 #[utoipa::path(post, path = "/1.0/images", tag = "catalog", security(("bearer" = ["admin"])),
