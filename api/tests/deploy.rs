@@ -500,7 +500,8 @@ async fn preflight_refuses_key_databases_redfish_cannot_write() {
     sim.shutdown().await;
 }
 
-/// A Redfish service with one system, one CD slot and no SecureBoot resource (like sushy-tools).
+/// A Redfish service with one system, one virtual media slot taking CDs and USB sticks (so either image format
+/// passes the slot check) and no SecureBoot resource (like sushy-tools).
 async fn no_secure_boot_bmc() -> String {
     use axum::extract::Request;
     let app = axum::Router::new().fallback(|req: Request| async move {
@@ -517,7 +518,7 @@ async fn no_secure_boot_bmc() -> String {
                 "Members": [{ "@odata.id": format!("{sys}/VirtualMedia/CD1") }], "Members@odata.count": 1 }),
             "/redfish/v1/Systems/1/VirtualMedia/CD1" => {
                 json!({ "@odata.id": format!("{sys}/VirtualMedia/CD1"),
-                "Id": "CD1", "MediaTypes": ["CD", "DVD"], "Inserted": false })
+                "Id": "CD1", "MediaTypes": ["CD", "DVD", "USBStick"], "Inserted": false })
             }
             _ => return (axum::http::StatusCode::NOT_FOUND, axum::Json(json!({}))),
         };
