@@ -225,14 +225,16 @@ mod tests {
         let all: Vec<String> = ["None", "Cd", "Usb", "Hdd"].map(String::from).to_vec();
         let no_usb: Vec<String> = ["None", "Pxe", "Floppy", "Cd", "Hdd"].map(String::from).to_vec();
         type Want = Result<(&'static str, T), &'static str>;
-        let cases: Vec<(
-            &str,
+        /// (name, image kind, slots, named device, listed targets, wanted slot and target or refusal text)
+        type Case<'a> = (
+            &'a str,
             ImageKind,
             Vec<MediaSlot>,
-            Option<&str>,
-            Option<&[String]>,
+            Option<&'a str>,
+            Option<&'a [String]>,
             Want,
-        )> = vec![
+        );
+        let cases: Vec<Case> = vec![
             (
                 "iso, CD slot",
                 Cd,
