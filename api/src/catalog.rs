@@ -7,8 +7,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use racklift_deploy::profile_match::MatchRules;
 use racklift_store::{
-    BiosProfile, Image, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS, ProvisioningToken, Seed,
-    StoreError,
+    BiosProfile, Image, ImageFormat, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS,
+    ProvisioningToken, Seed, StoreError,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -157,6 +157,17 @@ pub async fn create_seed(
             ));
         }
     }
+    if let Some(c) = new.install_config.get("force_install_confirmation")
+        && !c.is_null()
+        && !c
+            .as_str()
+            .is_some_and(|c| c.len() == 6 && c.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    {
+        return Err(ApiError::invalid(
+            "install_config.force_install_confirmation",
+            "must be six lower-case hex characters, the start of the machine-id IncusOS compares it with",
+        ));
+    }
     // What IncusOS would not read is refused now, naming the key, not at the first deployment.
     if !new.install_config.is_null()
         && let Err(e) =
@@ -287,12 +298,17 @@ pub async fn list_images(State(state): State<AppState>, _: Viewer) -> Result<Jso
 }
 
 /// Register an image file.
+///
+/// IncusOS's `.img` (512-byte sectors, booted from a USB slot) or `.iso` (2048-byte sectors, booted from a CD
+/// slot), either one gzip-compressed or not. `size_bytes` is the registered file's
+/// size; a compressed file is decompressed beside itself (the name without `.gz`) and the image record names
+/// that file, its size and its SHA-256.
 #[utoipa::path(post, path = "/1.0/images", tag = "catalog", security(("bearer" = ["admin"])),
     request_body = NewImage,
     responses(
         (status = 201, description = "Registered", body = Image),
         (status = 409, description = "An image of that type, architecture and channel exists", body = ErrorBody),
-        (status = 422, description = "The path is outside the images directory, or the image has no partition 2 with room for a seed, or its size is not `size_bytes`", body = ErrorBody),
+        (status = 422, description = "The path is outside the images directory, or the image has no partition 2 with room for a seed (found at 512-, 2048- or 4096-byte sectors), or its size is not `size_bytes`, or it is gzip that does not decompress", body = ErrorBody),
         AdminErrors))]
 pub async fn create_image(
     State(state): State<AppState>,
@@ -323,19 +339,42 @@ pub async fn create_image(
         return Err(ApiError::invalid("size_bytes", "must not be negative"));
     }
     validate::sha256_hex("sha256", &i.sha256)?;
-    let layout = crate::seeding::image_layout(std::path::PathBuf::from(&i.path)).await?;
-    if i64::try_from(layout.size).ok() != Some(i.size_bytes) {
+    let registered = std::path::PathBuf::from(&i.path);
+    let file_size = tokio::fs::metadata(&registered)
+        .await
+        .map_err(|e| {
+            ApiError::unprocessable(
+                "image_unreadable",
+                "path",
+                format!("the image cannot be read: {e}"),
+            )
+        })?
+        .len();
+    if i64::try_from(file_size).ok() != Some(i.size_bytes) {
         return Err(ApiError::unprocessable(
             "size_mismatch",
             "size_bytes",
-            format!("the file is {} bytes, not {}", layout.size, i.size_bytes),
+            format!("the file is {file_size} bytes, not {}", i.size_bytes),
         ));
     }
+    // A published `.img.gz` / `.iso.gz` is served from its decompressed copy: Range requests need raw bytes.
+    if let Some(raw) = crate::seeding::gunzip_image(&state.config.images_dir, registered).await? {
+        i.path = raw.path.display().to_string();
+        i.size_bytes = i64::try_from(raw.size).unwrap_or(i64::MAX);
+        i.sha256 = raw.sha256;
+    }
+    let layout = crate::seeding::image_layout(std::path::PathBuf::from(&i.path)).await?;
+    let format = match layout.format() {
+        racklift_media::MediaFormat::Cd => ImageFormat::Cd,
+        racklift_media::MediaFormat::Disk => ImageFormat::Disk,
+    };
     let image = state
         .store
-        .create_image(&i, layout.seed_offset as i64, layout.seed_capacity as i64)
+        .create_image(&i, format, layout.seed_offset as i64, layout.seed_capacity as i64)
         .await
         .map_err(|e| conflict_code(e, "image_exists", "type"))?;
+    tracing::info!(image = image.id, path = %image.path, format = format.as_str(),
+        sector_size = layout.sector_size, "image registered");
     Ok((StatusCode::CREATED, Json(image)))
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use chrono::{Duration as TimeDelta, Utc};
 use racklift_store::{
-    Image, NewBiosProfile, NewImage, NewSeed, NewServer, NewToken, NewUpdate, PUBLIC_ADDRESS, Role,
+    Image, ImageFormat, NewBiosProfile, NewImage, NewSeed, NewServer, NewToken, NewUpdate, PUBLIC_ADDRESS, Role,
     ServerUpdate, Store, StoreError, UpdateFile,
 };
 use serde_json::json;
@@ -127,12 +127,22 @@ pub async fn publish_demo_update(store: &Store, dir: &Path, image: &Image) -> Re
     }
 }
 
-/// Writes a deterministic image of `size` bytes laid out like an IncusOS install image (a GPT whose partition 2
-/// is where each deployment's seed goes; a pseudo-random stream elsewhere, so ranges differ) and returns its
-/// path and SHA-256.
+/// Writes the demo catalog's image: a deterministic `.iso` of `size` bytes laid out like IncusOS's (a GPT with
+/// 2048-byte sectors whose partition 2 is where each deployment's seed goes; a pseudo-random stream elsewhere,
+/// so ranges differ), as DIR/incusos-demo.iso, and returns its path and SHA-256.
 pub fn generate_image(dir: &Path, size: u64) -> std::io::Result<(PathBuf, String)> {
+    generate_image_as(dir, &racklift_media::layout::DemoImage::iso(size))
+}
+
+/// Writes a demo image of `spec` as DIR/incusos-demo.iso (2048-byte sectors) or DIR/incusos-demo.img (512 or
+/// 4096), and returns its path and SHA-256.
+pub fn generate_image_as(
+    dir: &Path,
+    spec: &racklift_media::layout::DemoImage,
+) -> std::io::Result<(PathBuf, String)> {
     std::fs::create_dir_all(dir)?;
-    let path = dir.join("incusos-demo.img");
+    let format = racklift_media::MediaFormat::of_sector_size(spec.sector_size);
+    let path = dir.join(format!("incusos-demo.{}", format.extension()));
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -140,7 +150,7 @@ pub fn generate_image(dir: &Path, size: u64) -> std::io::Result<(PathBuf, String
         .truncate(true)
         .open(&path)?;
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    racklift_media::layout::write_demo_image(&mut file, size, |block| {
+    racklift_media::layout::write_demo_image(&mut file, spec, |block| {
         for chunk in block.chunks_mut(8) {
             // xorshift64: fast, deterministic filler.
             state ^= state << 13;
@@ -254,8 +264,17 @@ pub async fn seed_catalog(
     let layout = std::fs::File::open(path)
         .map_err(racklift_media::LayoutError::Io)
         .and_then(|mut f| racklift_media::ImageLayout::read(&mut f))?;
+    let format = match layout.format() {
+        racklift_media::MediaFormat::Cd => ImageFormat::Cd,
+        racklift_media::MediaFormat::Disk => ImageFormat::Disk,
+    };
     let image = match store
-        .create_image(&new_image, layout.seed_offset as i64, layout.seed_capacity as i64)
+        .create_image(
+            &new_image,
+            format,
+            layout.seed_offset as i64,
+            layout.seed_capacity as i64,
+        )
         .await
     {
         Ok(image) => image,
@@ -313,7 +332,7 @@ pub async fn media_only_deployment(
     file_name: &str,
 ) -> Result<String, DemoError> {
     let seed = store.seed(catalog.token, &catalog.seed).await?;
-    let seeded = crate::seeding::for_deployment(&seed, &catalog.image, public_address, None)
+    let seeded = crate::seeding::for_deployment(&seed, &catalog.image, public_address, None, None)
         .map_err(|e| DemoError::Seed(e.to_string()))?;
     let media_secret = racklift_store::new_secret();
     let path = format!("/media/{media_secret}/{file_name}");
@@ -331,6 +350,7 @@ pub async fn media_only_deployment(
         seed: catalog.seed.clone(),
         deployment: racklift_deploy::Deployment::new(plan, Utc::now()),
         media_slot: None,
+        boot_target: None,
         idempotency_key: None,
         requested_by: "benchmark".to_owned(),
         seed_archive: seeded.archive.bytes,

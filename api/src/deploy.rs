@@ -43,6 +43,13 @@ pub struct DeployRequest {
     /// Deploy over an installed OS.
     #[serde(default)]
     pub force: bool,
+    /// Reinstall a server racklift has seen registered: its seed sets `force_install` (IncusOS installs over a
+    /// disk that holds partitions) and `force_install_confirmation`, the first six characters of the machine-id
+    /// the server last registered with (IncusOS reinstalls the very version it is booted from only with it).
+    /// Without it such a server is refused (409 `server_registered`), so an installed server is never wiped by
+    /// a request that did not say so.
+    #[serde(default)]
+    pub force_install: bool,
     pub image_type: Option<String>,
     pub architecture: Option<String>,
     pub channel: Option<String>,
@@ -162,13 +169,14 @@ async fn deploy(
         let view = DeploymentView::of(store, &existing, caller.0.role).await?;
         return Ok((StatusCode::OK, Json(view)).into_response());
     }
-    if server.status == ServerStatus::Registered {
+    let seen_registered = server.status == ServerStatus::Registered || server.registered_at.is_some();
+    if seen_registered && !req.force_install {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "server_registered",
-            "the server is already registered",
+            "the server has registered before: set force_install to reinstall it",
         )
-        .field("name"));
+        .field("force_install"));
     }
     if !server.bmc_configured() {
         return Err(ApiError::unprocessable(
@@ -262,7 +270,7 @@ async fn deploy(
     // Last: the only checks that talk to the BMC, so cheap rejections come first.
     let client = preflight_client(state, &server).await?;
     check_system(&client, &server).await?;
-    let slot = select_slot(&client, req.media_device.as_deref()).await?;
+    let slot = select_slot(&client, image.format, req.media_device.as_deref()).await?;
     let report = read_server_facts(&client, &server).await?;
     let profiles = matching_profiles(catalog_profiles, &report.facts);
     let resolved = resolve_profiles(&profiles);
@@ -278,11 +286,19 @@ async fn deploy(
     let media_secret = racklift_store::new_secret();
     let force_reboot = seed.force_reboot();
     // What the server learns at install time travels in the media itself: the seed laid over partition 2.
+    let reinstall = if req.force_install {
+        Some(crate::seeding::Reinstall {
+            machine_id: store.registered_machine_id(name).await?,
+        })
+    } else {
+        None
+    };
     let seeded = crate::seeding::for_deployment(
         &seed,
         &image,
         &public_address,
         state.config.server_certificate_pem.clone(),
+        reinstall.as_ref(),
     )?;
     // BMCs fetch the media from the plain media listener when there is one, else from the public address.
     let media_address = state
@@ -295,11 +311,12 @@ async fn deploy(
     let plan = Plan {
         image_url: format!(
             "{media_address}/media/{media_secret}/{}",
-            state.config.media.file_name,
+            crate::seeding::media_file_name(&state.config.media.file_name, image.format),
         ),
         image_size_bytes: u64::try_from(image.size_bytes).ok(),
         force: req.force && !force_reboot,
         skip_secure_boot_certificates: req.skip_secure_boot_certificates,
+        reinstall: req.force_install,
         bios_profiles: profiles.iter().map(|p| p.name.clone()).collect(),
         bios_matched_on: report.facts.clone(),
         no_bios_settings: req.no_bios_settings,
@@ -314,6 +331,7 @@ async fn deploy(
         seed: seed.name.clone(),
         deployment: Deployment::new(plan, Utc::now()),
         media_slot: Some(Value::String(slot.slot.to_string())),
+        boot_target: Some(slot.target.as_str().to_owned()),
         idempotency_key: key,
         requested_by: caller.name().to_owned(),
         seed_archive: seeded.archive.bytes,

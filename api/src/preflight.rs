@@ -5,8 +5,10 @@
 use axum::http::StatusCode;
 use racklift_deploy::profile_match::ServerFacts;
 use racklift_deploy::record::BiosPlan;
-use racklift_redfish::{BmcClient, ErrorClass, KeyDatabaseAccess, MediaSlot};
-use racklift_store::{BiosProfile, Server};
+use racklift_redfish::{
+    BmcClient, ErrorClass, ImageKind, KeyDatabaseAccess, SlotChoice, SlotRefusal, choose_slot,
+};
+use racklift_store::{BiosProfile, ImageFormat, Server};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -193,9 +195,17 @@ pub(crate) async fn check_key_databases(client: &BmcClient) -> Result<(), ApiErr
     }
 }
 
-/// Reads the BMC's virtual media: the named device, else the first CD/DVD slot (system before manager), else
-/// any slot. Only a BMC with no virtual media at all is rejected.
-pub(crate) async fn select_slot(client: &BmcClient, device: Option<&str>) -> Result<MediaSlot, ApiError> {
+/// Reads the BMC's virtual media and boot settings and chooses the slot and boot target for an image of
+/// `format` (`racklift_redfish::choose_slot`): a CD image goes into a CD/DVD slot and boots `Cd`, a disk image
+/// into a USBStick slot and boots `Usb`; the named device, else the first that fits. A BMC with no slot that
+/// can boot the image, or a named device that cannot, is refused naming `media_device` and the slots it has;
+/// a BMC that does not list the boot target is refused naming `image_type` (an image of the other format
+/// could boot).
+pub(crate) async fn select_slot(
+    client: &BmcClient,
+    format: ImageFormat,
+    device: Option<&str>,
+) -> Result<SlotChoice, ApiError> {
     let no_media = || {
         ApiError::unprocessable(
             "no_virtual_media",
@@ -203,35 +213,42 @@ pub(crate) async fn select_slot(client: &BmcClient, device: Option<&str>) -> Res
             "the BMC reports no virtual media device",
         )
     };
-    let bmc_error = |e: racklift_redfish::Error| match e.class() {
-        ErrorClass::Unsupported => no_media(),
-        _ => bmc_read_error(e),
+    let slots = match client.list_virtual_media().await {
+        Ok(slots) => slots,
+        Err(e) if e.class() == ErrorClass::Unsupported => return Err(no_media()),
+        Err(e) => return Err(bmc_read_error(e)),
     };
-    if let Some(device) = device {
-        let slots = client.list_virtual_media().await.map_err(bmc_error)?;
-        if slots.is_empty() {
-            return Err(no_media());
+    let boot = match client.read_boot().await {
+        Ok(boot) => boot,
+        // A System without a Boot object: the override is refused when it is set, as on any BMC.
+        Err(e) if e.class() == ErrorClass::Unsupported => Default::default(),
+        Err(e) => return Err(bmc_read_error(e)),
+    };
+    let kind = match format {
+        ImageFormat::Cd => ImageKind::Cd,
+        ImageFormat::Disk => ImageKind::Disk,
+    };
+    choose_slot(kind, &slots, device, boot.allowed_targets.as_deref()).map_err(|refusal| {
+        let text = format!("{refusal}");
+        match refusal {
+            SlotRefusal::NoSlots => no_media(),
+            SlotRefusal::NotFound { .. } => {
+                ApiError::unprocessable("media_device_not_found", "media_device", text)
+            }
+            SlotRefusal::Unsuitable { .. } | SlotRefusal::NoneSuitable { .. } => ApiError::unprocessable(
+                "media_device_unsuitable",
+                "media_device",
+                format!(
+                    "{text}: a {} image boots from a {} slot",
+                    format.as_str(),
+                    kind.needs()
+                ),
+            ),
+            SlotRefusal::TargetNotOffered { .. } => ApiError::unprocessable(
+                "boot_target_not_offered",
+                "image_type",
+                format!("{text}, which a {} image boots with", format.as_str()),
+            ),
         }
-        return slots
-            .into_iter()
-            .find(|s| s.slot.id == device || s.slot.to_string() == device)
-            .ok_or_else(|| {
-                ApiError::unprocessable(
-                    "media_device_not_found",
-                    "media_device",
-                    format!("the BMC has no virtual media device {device:?}"),
-                )
-            });
-    }
-    match client.select_cd_slot().await {
-        Ok(slot) => Ok(slot),
-        Err(e) if e.class() == ErrorClass::Unsupported => client
-            .list_virtual_media()
-            .await
-            .map_err(bmc_error)?
-            .into_iter()
-            .next()
-            .ok_or_else(no_media),
-        Err(e) => Err(bmc_error(e)),
-    }
+    })
 }

@@ -3,7 +3,7 @@
 
 use racklift_media::seed::{Manager, SeedConfig};
 use racklift_media::{SeedArchive, SeedFiles};
-use racklift_store::{Image, Seed};
+use racklift_store::{Image, ImageFormat, Seed};
 
 use crate::DeployRequest;
 
@@ -34,15 +34,63 @@ pub fn seed_config(seed: &Seed) -> Result<SeedConfig, ApiError> {
     })
 }
 
+/// A deployment that reinstalls a server racklift has seen registered (the request's `force_install`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reinstall {
+    /// The `machine_id` of the server's last registration, if it sent one.
+    pub machine_id: Option<String>,
+}
+
+/// What IncusOS asks for before it reinstalls the very version installed: the first six characters of the
+/// installed `/etc/machine-id` (`internal/install/install.go`, the same-version check). `None` when the
+/// registration carried no usable machine-id (an installed different version needs only `force_install`).
+pub fn confirmation(machine_id: &str) -> Option<String> {
+    let id = machine_id.trim().to_ascii_lowercase();
+    let prefix = id.get(..6)?;
+    prefix
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit())
+        .then(|| prefix.to_owned())
+}
+
+/// The seed's install settings for a reinstall: `force_install`, and the confirmation when the registration
+/// gives one (it replaces any the catalog seed names, which would confirm another machine).
+pub fn apply_reinstall(config: &mut SeedConfig, reinstall: &Reinstall) {
+    config.force_install = true;
+    if let Some(c) = reinstall.machine_id.as_deref().and_then(confirmation) {
+        config.force_install_confirmation = Some(c);
+    }
+}
+
+/// The media URL's file name: the configured name with the extension IncusOS publishes the image's format with
+/// (`incusos.img` → `incusos.iso` for a CD image). BMCs go by the extension: a CD image named `.img` is
+/// mounted as a disk, or refused.
+pub fn media_file_name(configured: &str, format: ImageFormat) -> String {
+    let stem = match configured.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() && matches!(ext, "img" | "iso" | "raw") => stem,
+        _ => configured,
+    };
+    let ext = match format {
+        ImageFormat::Cd => "iso",
+        ImageFormat::Disk => "img",
+    };
+    format!("{stem}.{ext}")
+}
+
 /// Builds the seed for a deployment of `image` with the token seed `seed`; the server will find racklift at
-/// `public_address` (trusting `server_certificate` when racklift's certificate is self-signed).
+/// `public_address` (trusting `server_certificate` when racklift's certificate is self-signed). A `reinstall`
+/// sets `force_install` and its confirmation.
 pub fn for_deployment(
     seed: &Seed,
     image: &Image,
     public_address: &str,
     server_certificate: Option<String>,
+    reinstall: Option<&Reinstall>,
 ) -> Result<DeploymentSeed, ApiError> {
-    let config = seed_config(seed)?;
+    let mut config = seed_config(seed)?;
+    if let Some(reinstall) = reinstall {
+        apply_reinstall(&mut config, reinstall);
+    }
     let registration_token = racklift_store::new_secret();
     let manager = Manager {
         server_url: public_address.trim_end_matches('/').to_owned(),
@@ -83,6 +131,45 @@ pub async fn image_layout(path: std::path::PathBuf) -> Result<racklift_media::Im
     }
 }
 
+/// Decompresses the image at `path` beside itself when it is gzip (by its magic bytes, not its name) and
+/// returns the decompressed copy, which must land inside `images_dir` like every image; `None` for an image
+/// that is not compressed.
+pub async fn gunzip_image(
+    images_dir: &std::path::Path,
+    path: std::path::PathBuf,
+) -> Result<Option<racklift_media::gz::Gunzipped>, ApiError> {
+    let done = tokio::task::spawn_blocking(move || {
+        if !racklift_media::gz::is_gzip(&path)? {
+            return Ok(None);
+        }
+        racklift_media::gz::gunzip_beside(&path).map(Some)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| {
+        ApiError::unprocessable(
+            "image_not_decompressible",
+            "path",
+            format!("the image is gzip but does not decompress: {e}"),
+        )
+    })?;
+    let Some(raw) = done else {
+        return Ok(None);
+    };
+    // The copy is beside a confined file, but a link planted under its name would lead elsewhere.
+    match crate::media::image_in_dir(images_dir, &raw.path).await {
+        Some(path) => Ok(Some(racklift_media::gz::Gunzipped { path, ..raw })),
+        None => Err(ApiError::unprocessable(
+            "outside_images_dir",
+            "path",
+            format!(
+                "the decompressed image {} is not a regular file inside the images directory",
+                raw.path.display()
+            ),
+        )),
+    }
+}
+
 /// The newest image matching every filter the request gives.
 /// The newest image matching the request's type, architecture and channel, refused when it has no seed
 /// partition on record.
@@ -117,4 +204,66 @@ pub fn select_image(images: Vec<Image>, req: &DeployRequest) -> Result<Image, Ap
             }
             Ok(i)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_confirmation_is_the_first_six_characters_of_the_machine_id() {
+        let cases = [
+            ("3f9a1c0d2b7e4f6a8c1d3e5f7a9b0c2d", Some("3f9a1c")),
+            ("3F9A1C0D2B7E4F6A8C1D3E5F7A9B0C2D", Some("3f9a1c")),
+            ("abc", None),
+            ("zz9a1c0d", None),
+            ("", None),
+        ];
+        for (id, want) in cases {
+            assert_eq!(confirmation(id).as_deref(), want, "{id}");
+        }
+    }
+
+    #[test]
+    fn a_reinstall_forces_the_install_and_confirms_the_registered_machine() {
+        let cases = [
+            // (catalog confirmation, registered machine-id, want confirmation)
+            (None, Some("0123456789abcdef0123456789abcdef"), Some("012345")),
+            (
+                Some("ffffff"),
+                Some("0123456789abcdef0123456789abcdef"),
+                Some("012345"),
+            ),
+            (Some("ffffff"), None, Some("ffffff")),
+            (None, None, None),
+        ];
+        for (catalog, machine_id, want) in cases {
+            let mut config = SeedConfig {
+                force_install_confirmation: catalog.map(str::to_owned),
+                ..SeedConfig::default()
+            };
+            apply_reinstall(
+                &mut config,
+                &Reinstall {
+                    machine_id: machine_id.map(str::to_owned),
+                },
+            );
+            assert!(config.force_install);
+            assert_eq!(config.force_install_confirmation.as_deref(), want);
+        }
+    }
+
+    #[test]
+    fn the_media_file_name_carries_the_format_extension() {
+        let cases = [
+            ("incusos.img", ImageFormat::Cd, "incusos.iso"),
+            ("incusos.img", ImageFormat::Disk, "incusos.img"),
+            ("seed.iso", ImageFormat::Disk, "seed.img"),
+            ("media", ImageFormat::Cd, "media.iso"),
+            ("my.image.bin", ImageFormat::Disk, "my.image.bin.img"),
+        ];
+        for (configured, format, want) in cases {
+            assert_eq!(media_file_name(configured, format), want, "{configured}");
+        }
+    }
 }

@@ -159,6 +159,19 @@ async fn every_preflight_check_rejects_with_its_code() {
         "media_device_not_found",
         Some("media_device"),
     );
+    // The catalog's image is a disk image (512-byte sectors): a CD slot cannot boot it.
+    expect(
+        deploy(
+            &api,
+            "node1",
+            json!({ "token": token, "seed": "web", "media_device": "CD1" }),
+            None,
+        )
+        .await,
+        422,
+        "media_device_unsuitable",
+        Some("media_device"),
+    );
 
     // A BMC without any virtual media device.
     let stub = no_media_bmc().await;
@@ -198,7 +211,7 @@ async fn every_preflight_check_rejects_with_its_code() {
         deploy(&api, "bare", ok.clone(), None).await,
         409,
         "server_registered",
-        Some("name"),
+        Some("force_install"),
     );
     api.stop().await;
     sim.shutdown().await;
@@ -270,10 +283,15 @@ async fn deploy_enqueues_one_job_and_is_idempotent() {
     assert!(!seed.update.auto_reboot);
     assert_eq!(plan["bios"]["attributes"]["Cores"], 4);
     assert_eq!(plan["image_size_bytes"], common::IMAGE_MIN);
-    assert!(
-        slot.and_then(|s| s.as_str().map(str::to_owned))
-            .is_some_and(|s| s.contains(':'))
-    );
+    // A disk image (512-byte sectors) goes into the USBStick slot and boots `Usb`, its URL named `.img`.
+    assert_eq!(slot, Some(json!("system:USB1")));
+    assert!(url.ends_with(".img"), "{url}");
+    let target: Option<String> = sqlx::query_scalar("SELECT boot_target FROM deployments WHERE id = $1")
+        .bind(first["id"].as_i64().unwrap())
+        .fetch_one(&api.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(target.as_deref(), Some("Usb"));
     let (_, v) = api
         .call(Method::GET, "/1.0/servers/node1", common::VIEWER, None)
         .await;
@@ -674,7 +692,8 @@ async fn preflight_refuses_key_databases_redfish_cannot_write() {
     sim.shutdown().await;
 }
 
-/// A Redfish service with one system, one CD slot and no SecureBoot resource (like sushy-tools).
+/// A Redfish service with one system, one virtual media slot taking CDs and USB sticks (so either image format
+/// passes the slot check) and no SecureBoot resource (like sushy-tools).
 async fn no_secure_boot_bmc() -> String {
     use axum::extract::Request;
     let app = axum::Router::new().fallback(|req: Request| async move {
@@ -691,7 +710,7 @@ async fn no_secure_boot_bmc() -> String {
                 "Members": [{ "@odata.id": format!("{sys}/VirtualMedia/CD1") }], "Members@odata.count": 1 }),
             "/redfish/v1/Systems/1/VirtualMedia/CD1" => {
                 json!({ "@odata.id": format!("{sys}/VirtualMedia/CD1"),
-                "Id": "CD1", "MediaTypes": ["CD", "DVD"], "Inserted": false })
+                "Id": "CD1", "MediaTypes": ["CD", "DVD", "USBStick"], "Inserted": false })
             }
             _ => return (axum::http::StatusCode::NOT_FOUND, axum::Json(json!({}))),
         };

@@ -162,7 +162,7 @@ async fn up_runs_from_a_checkout_in_a_closed_home_and_stops_its_database_on_sigt
         let secrets = std::fs::metadata(data.join("secrets")).expect("the secrets directory");
         assert_eq!(secrets.permissions().mode() & 0o777, 0o700);
         assert!(data.join("secrets/bmc-password").is_file());
-        assert!(data.join("images/incusos-demo.img").is_file());
+        assert!(data.join("images/incusos-demo.iso").is_file());
     }
 
     let pid = child.id().expect("running").to_string();

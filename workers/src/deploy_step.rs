@@ -205,6 +205,7 @@ impl DeployStep {
                     let act_ctx = ActContext {
                         certificates: self.certificates.clone(),
                         deadline: Some(deadline),
+                        boot_target: ActContext::boot_target_of(stored.boot_target.as_deref()),
                     };
                     let started = Instant::now();
                     // The commit above took time, and this process may have been paused (SIGSTOP, a VM stall): check

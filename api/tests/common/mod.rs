@@ -168,7 +168,8 @@ impl Api {
             .open(&path)
             .expect("create the image file");
         let mut at = 0usize;
-        racklift_media::layout::write_demo_image(&mut file, len.max(IMAGE_MIN) as u64, |block| {
+        let spec = racklift_media::layout::DemoImage::img(len.max(IMAGE_MIN) as u64);
+        racklift_media::layout::write_demo_image(&mut file, &spec, |block| {
             for b in block.iter_mut() {
                 *b = byte(at);
                 at += 1;

@@ -41,6 +41,7 @@ impl Seed {
                     size_bytes: IMAGE_SIZE as i64,
                     sha256: "0".repeat(64),
                 },
+                racklift_store::ImageFormat::Disk,
                 1 << 20,
                 1 << 20,
             )
@@ -90,6 +91,7 @@ impl Seed {
             seed: "web".into(),
             deployment: Deployment::new(plan.clone(), now),
             media_slot: None,
+            boot_target: None,
             idempotency_key: None,
             requested_by: "operator".into(),
             seed_archive: Vec::new(),
@@ -216,6 +218,7 @@ impl Seed {
             seed: "web".into(),
             deployment: Deployment::new(Plan::default(), now),
             media_slot: None,
+            boot_target: None,
             idempotency_key: None,
             requested_by: "operator".into(),
             seed_archive: Vec::new(),

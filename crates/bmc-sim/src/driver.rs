@@ -134,6 +134,8 @@ async fn boot(bmc: &Arc<Bmc>, generation: u64, powering_on: bool) -> Result<(), 
                 return Ok(());
             }
         }
+        // The firmware looks at each inserted image for a GPT it can boot from that device.
+        let bootable = install::bootable_media(bmc, generation).await?;
         let device = {
             let mut m = current(bmc, generation)?;
             let now = clock.now();
@@ -141,7 +143,7 @@ async fn boot(bmc: &Arc<Bmc>, generation: u64, powering_on: bool) -> Result<(), 
             if let Some(start) = m.boot_started {
                 m.last_boot_seconds = Some((now - start).num_milliseconds() as f64 / 1000.0);
             }
-            let device = m.select_boot_device();
+            let device = m.select_boot_device(&bootable);
             if device == BootDevice::Nothing {
                 m.phase = OsPhase::NoBootDevice;
             }

@@ -5,9 +5,14 @@
 //! BMCs, spread over the whole install for a Lenovo-like one). An Upload BMC copied the image at insert and
 //! reads nothing more; it keeps from its copy what the installer needs to find the seed ([`CachedCopy`]).
 //!
+//! The firmware boots it only from a device of the class the image was made for ([`bootable_media`]): it reads
+//! the head of each inserted image and finds a GPT at LBA 1 of the device's block size (2048 for a CD drive, 512
+//! for a USB stick), so IncusOS's `.iso` boots from a CD slot and its `.img` from a USB slot, and nothing else.
+//!
 //! What it does is decided by the seed, read as IncusOS reads it (`incus-osd/internal/seed`,
-//! `internal/install`): the GPT from the boot read gives partition 2, the start of partition 2 is read through
-//! the same media URL and holds the seed's tar archive ([`crate::seed`]).
+//! `internal/install`): the GPT from the boot read, found through the media's own sector size, gives partition
+//! 2 and the version the media carries; the start of partition 2 is read through the same media URL and holds
+//! the seed's tar archive ([`crate::seed`]).
 //!
 //! - No seed data or no `install` file: the live image runs and never installs
 //!   ([`OsPhase::LiveWithoutInstallSeed`]); IncusOS reports "unable to begin install without seed
@@ -17,6 +22,10 @@
 //! - Otherwise it installs to the machine's one disk (`target.id` must match it; a disk already installed needs
 //!   `force_install`), copies the seed without `install.*` onto it, and at the end of stage 1 reboots
 //!   (`force_reboot`) or waits for the media to be ejected.
+//! - The very version the media carries already installed (`internal/install/install.go`, the same-version
+//!   check): without `force_install` nothing is installed; with it, `force_install_confirmation` must be the
+//!   first six characters of the installed machine-id, else the installer stops with IncusOS's message naming
+//!   the value; with it, the installer wipes the disk and reboots, and the next boot installs.
 //!
 //! A read the media server does not answer (refused, reset, an HTTP error) is retried before the installer sees
 //! an I/O error, the way nbdkit's retry filter retries a failed read by default: five times, 2 s after the
@@ -31,7 +40,7 @@ use reqwest::header::{CONTENT_RANGE, RANGE};
 
 use crate::bmc::Bmc;
 use crate::driver::{AfterInstall, Halt, current};
-use crate::machine::OsPhase;
+use crate::machine::{DeviceClass, OsPhase};
 use crate::profile::MediaRead;
 use crate::seed::{self, Install, SEED_READ_BYTES, SeedError, SeedFiles};
 
@@ -52,6 +61,9 @@ const READ_RETRY_DELAYS: [Duration; 5] = [
 ];
 /// What IncusOS shows when it boots from read-only media without an install seed (`CheckSystemRequirements`).
 const NO_INSTALL_SEED: &str = "unable to begin install without seed configuration";
+/// The seconds IncusOS waits after wiping an installation of the same version before it reboots ("Wiping
+/// existing version of IncusOS, then rebooting in five seconds to run actual installation").
+const WIPE_REBOOT_DELAY: Duration = Duration::from_secs(5);
 
 /// What an Upload BMC keeps of the image it copied at insert: its size, its first bytes (the GPT) and the start
 /// of partition 2 (the seed). Not the whole image: a fleet of simulated BMCs holds no multi-GB copies.
@@ -160,6 +172,56 @@ pub async fn upload(bmc: &Bmc, url: &str) -> Result<CachedCopy, String> {
     })
 }
 
+/// What the firmware can boot at the end of POST: for each media slot, the class of device it presents its
+/// image as ([`DeviceClass::of_slot`], from the profile's `MediaTypes` for the slot) when the head of the image
+/// holds a GPT at LBA 1 of that class's block size, `None` otherwise (empty, unreadable, or made for the other
+/// class). An override to `Hdd` reads nothing: the disk is booted whatever the media.
+pub async fn bootable_media(bmc: &Bmc, generation: u64) -> Result<Vec<Option<DeviceClass>>, Halt> {
+    let (slots, to_disk) = {
+        let m = current(bmc, generation)?;
+        let to_disk = m.boot_override.enabled != "Disabled" && m.boot_override.target == "Hdd";
+        let slots: Vec<Option<(String, Option<CachedCopy>)>> = m
+            .media
+            .iter()
+            .map(|s| {
+                s.has_media()
+                    .then(|| (s.image.clone().unwrap_or_default(), s.cached.clone()))
+            })
+            .collect();
+        (slots, to_disk)
+    };
+    let mut out = vec![None; slots.len()];
+    if to_disk {
+        return Ok(out);
+    }
+    for (i, slot) in slots.into_iter().enumerate() {
+        let Some((image, cached)) = slot else { continue };
+        let types: Vec<&str> = bmc
+            .profile
+            .slots
+            .iter()
+            .filter(|s| s.state == i)
+            .flat_map(|s| s.media_types.iter().copied())
+            .collect();
+        let Some(class) = DeviceClass::of_slot(&types, &image) else {
+            continue;
+        };
+        let head = match (bmc.profile.media_read, cached) {
+            (MediaRead::Upload, Some(copy)) => Some(copy.head),
+            (MediaRead::Upload, None) => None,
+            _ => read_media(bmc, generation, i, &image, 0, BOOT_READ - 1)
+                .await?
+                .ok()
+                .map(|(head, _)| head),
+        };
+        let boots = head
+            .and_then(|h| seed::read_gpt(&h).ok())
+            .is_some_and(|gpt| gpt.sector_size == class.block_size());
+        out[i] = boots.then_some(class);
+    }
+    Ok(out)
+}
+
 /// Is the media the installer booted from still there?
 fn media_present(bmc: &Bmc, generation: u64, slot: usize, image: &str) -> Result<bool, Halt> {
     let m = current(bmc, generation)?;
@@ -215,16 +277,21 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
     };
     let mode = bmc.profile.media_read;
     // The boot read and the seed, from the BMC's copy or through the media URL.
-    let (total, decision) = if mode == MediaRead::Upload {
+    let (total, decision, media_version) = if mode == MediaRead::Upload {
         let Some(copy) = cached else {
             return fail(bmc, generation, "the media was not copied at insert".to_owned());
         };
-        let decision = match (seed::partition2(&copy.head), copy.seed_area) {
+        let gpt = seed::read_gpt(&copy.head);
+        let version = gpt.as_ref().ok().and_then(|g| g.version.clone());
+        let decision = match (
+            gpt.and_then(|g| g.partition2.ok_or(seed::LocateError::NoPartition2)),
+            copy.seed_area,
+        ) {
             (Err(e), _) => Decision::Fail(e.to_string()),
             (Ok(_), None) => Decision::Fail("the copy holds no seed partition".to_owned()),
             (Ok(_), Some((_, area))) => decide(&area),
         };
-        (copy.size, decision)
+        (copy.size, decision, version)
     } else {
         let (head, total) = match read_media(bmc, generation, slot, &image, 0, BOOT_READ - 1).await? {
             Ok((head, total)) => {
@@ -246,7 +313,9 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
         {
             return fail(bmc, generation, e);
         }
-        let decision = match seed::partition2(&head) {
+        let gpt = seed::read_gpt(&head);
+        let version = gpt.as_ref().ok().and_then(|g| g.version.clone());
+        let decision = match gpt.and_then(|g| g.partition2.ok_or(seed::LocateError::NoPartition2)) {
             Err(e) => Decision::Fail(e.to_string()),
             Ok(p) if p.start >= total => {
                 Decision::Fail("partition 2 lies beyond the end of the media".to_owned())
@@ -259,14 +328,14 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
                 }
             }
         };
-        (total, decision)
+        (total, decision, version)
     };
     let (seed_install, files) = match decision {
         Decision::Install(install, files) => (*install, files),
         Decision::Live(why) => return stay(bmc, generation, OsPhase::LiveWithoutInstallSeed(why)),
         Decision::Fail(why) => return fail(bmc, generation, why),
     };
-    {
+    let wiped = {
         let mut m = current(bmc, generation)?;
         m.install_seed = Some(seed_install.clone());
         if let Some(target) = &seed_install.target
@@ -284,7 +353,36 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
             m.phase = OsPhase::InstallerNoTarget;
             return Ok(AfterInstall::Stay);
         }
+        // The installed root (made by systemd-repart at the first boot, with the machine-id) unlocks with this
+        // media's keys only when it is the same version: then a reinstall is confirmed with that machine-id, or it
+        // stops here. Before its first boot there is no root to unlock, and `force_install` alone overwrites.
+        let same_version = m.os.installed
+            && m.os.machine_id.is_some()
+            && media_version.as_deref() == Some(m.os.running_version.as_str());
+        if same_version {
+            let expected: String =
+                m.os.machine_id
+                    .as_deref()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(6)
+                    .collect();
+            if seed_install.force_install_confirmation != expected {
+                m.phase = OsPhase::InstallFailed(format!(
+                    "IncusOS is already installed on this system; to confirm overwriting, add \
+                     `ForceInstallConfirmation={expected}` to the install seed and reboot"
+                ));
+                return Ok(AfterInstall::Stay);
+            }
+            // "Wiping existing version of IncusOS, then rebooting in five seconds to run actual installation."
+            m.os.wipe();
+        }
         m.phase = OsPhase::Installing;
+        same_version
+    };
+    if wiped {
+        clock.sleep(WIPE_REBOOT_DELAY).await?;
+        return Ok(AfterInstall::Reboot);
     }
     let mut idle = install;
     if mode != MediaRead::Upload {
@@ -322,7 +420,7 @@ pub async fn run(bmc: &Bmc, generation: u64, slot: usize) -> Result<AfterInstall
     // Stage 1 done: a fresh system on the disk, with the seed minus its install file.
     {
         let mut m = current(bmc, generation)?;
-        m.os.install_fresh(files.without_install());
+        m.os.install_fresh(files.without_install(), media_version);
         if bmc.faults().halt_after_install {
             m.phase = OsPhase::Halted;
             return Ok(AfterInstall::Stay);

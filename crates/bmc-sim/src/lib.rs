@@ -331,7 +331,7 @@ impl SimHandle {
         let identity = register::ClientIdentity::generate(&hostname)
             .map_err(|e| BootInstalledError::Certificate(e.to_string()))?;
         let mut m = bmc.machine();
-        m.os.install_fresh(files.without_install());
+        m.os.install_fresh(files.without_install(), None);
         m.os.registered = true;
         m.os.set_identity(identity);
         m.os.trusted_certificates = preseed;

@@ -152,6 +152,9 @@ pub struct OsState {
     pub trusted_certificates: Vec<String>,
     /// Why the last registration attempt failed, until one succeeds.
     pub registration_error: Option<String>,
+    /// The installed system's `/etc/machine-id` (32 lower-case hex), made by systemd at the first boot of a fresh
+    /// install; its first six characters confirm a reinstall of the same version.
+    pub machine_id: Option<String>,
     pub running_version: String,
     pub staged_version: Option<String>,
     /// The update channel (the seed's `update.yaml` `channel`, read at start-up).
@@ -249,8 +252,14 @@ pub struct AppState {
 }
 
 impl OsState {
-    /// A fresh system on the disk: nothing of an earlier installation survives.
-    pub fn install_fresh(&mut self, seed: SeedFiles) {
+    /// A fresh system on the disk: nothing of an earlier installation survives. `version` is the IncusOS
+    /// version the install media carried, when it names one.
+    pub fn install_fresh(&mut self, seed: SeedFiles, version: Option<String>) {
+        if let Some(version) = version {
+            self.running_version = version;
+            self.staged_version = None;
+        }
+        self.machine_id = None;
         self.installed = true;
         self.registered = false;
         self.seed_files = seed.names().into_iter().map(str::to_owned).collect();
@@ -267,6 +276,14 @@ impl OsState {
         self.member = MemberState::Online;
         self.operations.clear();
         self.applications.clear();
+    }
+
+    /// The installer wiped the disk (`sgdisk -Z`, the same-version reinstall): nothing is installed any more.
+    pub fn wipe(&mut self) {
+        self.install_fresh(SeedFiles::default(), None);
+        self.installed = false;
+        self.seed = None;
+        self.seed_files.clear();
     }
 
     pub fn set_identity(&mut self, identity: ClientIdentity) {
@@ -412,6 +429,47 @@ pub struct Machine {
     pub counters: Counters,
 }
 
+/// How a virtual media device presents its image to the host: a CD/DVD drive (2048-byte logical blocks) or a USB
+/// stick (512-byte blocks). The firmware finds a GPT only at LBA 1 of the device's own block size (UEFI 2.10,
+/// 5.3.1), so an image boots only from the class it was made for: IncusOS's `.iso` from a CD drive, its `.img`
+/// from a USB stick ("the ISO isn't a hybrid image", `doc/getting-started/download_incusos.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum DeviceClass {
+    Cd,
+    Usb,
+}
+
+impl DeviceClass {
+    /// The logical block size the device presents.
+    pub fn block_size(self) -> u64 {
+        match self {
+            DeviceClass::Cd => 2048,
+            DeviceClass::Usb => 512,
+        }
+    }
+
+    /// The class a slot presents its image as, from the slot's `MediaTypes`: a slot taking only CDs/DVDs is a CD
+    /// drive, one taking only USB sticks or floppies a USB disk; a slot listing both (iDRAC's `1` and `2`, every
+    /// XCC slot) presents an `.iso` as a CD and anything else as a removable disk, by the image's file name.
+    pub fn of_slot(media_types: &[&str], image: &str) -> Option<DeviceClass> {
+        let cd = media_types.iter().any(|t| matches!(*t, "CD" | "DVD"));
+        let usb = media_types.iter().any(|t| matches!(*t, "USBStick" | "Floppy"));
+        match (cd, usb) {
+            (true, false) => Some(DeviceClass::Cd),
+            (false, true) => Some(DeviceClass::Usb),
+            (true, true) => {
+                let path = image.split(['?', '#']).next().unwrap_or(image);
+                Some(if path.to_ascii_lowercase().ends_with(".iso") {
+                    DeviceClass::Cd
+                } else {
+                    DeviceClass::Usb
+                })
+            }
+            (false, false) => None,
+        }
+    }
+}
+
 /// What the end of POST boots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BootDevice {
@@ -454,6 +512,7 @@ impl Machine {
                 client_certificate: None,
                 trusted_certificates: Vec::new(),
                 registration_error: None,
+                machine_id: None,
                 running_version: "202611010000".to_owned(),
                 staged_version: None,
                 channel: "stable".to_owned(),
@@ -528,11 +587,13 @@ impl Machine {
         }
     }
 
-    /// End of POST: pick the boot device and spend a `Once` override. Media that is inserted
-    /// is in the boot order ahead of the disk, with or without an override, which is why only
-    /// ejecting keeps a server out of the installer.
-    pub fn select_boot_device(&mut self) -> BootDevice {
-        let media = self.media.iter().position(MediaSlot::has_media);
+    /// End of POST: pick the boot device and spend a `Once` override. `bootable[i]` is the class slot `i`
+    /// presents its media as when the firmware found a bootable GPT on it (the image's sector size is the
+    /// device's block size), `None` when it holds nothing the firmware can boot. An override to `Cd` or `Usb`
+    /// boots the first bootable media of that class; without one (or `Disabled`) inserted bootable media is in
+    /// the boot order ahead of the disk, which is why only ejecting keeps a server out of the installer. Media
+    /// that cannot boot is passed over exactly as if the slot were empty: the disk, or nothing.
+    pub fn select_boot_device(&mut self, bootable: &[Option<DeviceClass>]) -> BootDevice {
         let target = self.boot_override.target.clone();
         let active = self.boot_override.enabled != "Disabled";
         if self.boot_override.enabled == "Once" {
@@ -547,6 +608,15 @@ impl Machine {
         if active && target == "Hdd" {
             return disk;
         }
+        let wanted = match (active, target.as_str()) {
+            (true, "Cd") => Some(DeviceClass::Cd),
+            (true, "Usb") => Some(DeviceClass::Usb),
+            _ => None,
+        };
+        let media = self.media.iter().enumerate().position(|(i, slot)| {
+            let class = bootable.get(i).copied().flatten();
+            slot.has_media() && class.is_some() && (wanted.is_none() || class == wanted)
+        });
         media.map_or(disk, BootDevice::Media)
     }
 
@@ -580,5 +650,134 @@ impl Machine {
             "secure_boot_mode": self.secure_boot.mode,
             "install_seed": self.install_seed,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Personality;
+    use crate::profile::Profile;
+
+    #[test]
+    fn a_slot_presents_its_image_as_its_media_types_allow() {
+        let cases: [(&[&str], &str, Option<DeviceClass>); 7] = [
+            (&["CD", "DVD"], "http://m/x.img", Some(DeviceClass::Cd)),
+            (&["USBStick"], "http://m/x.iso", Some(DeviceClass::Usb)),
+            (&["Floppy", "USBStick"], "http://m/x.iso", Some(DeviceClass::Usb)),
+            (
+                &["CD", "DVD", "USBStick"],
+                "http://m/x.iso",
+                Some(DeviceClass::Cd),
+            ),
+            (
+                &["CD", "DVD", "USBStick"],
+                "http://m/x.ISO?t=1",
+                Some(DeviceClass::Cd),
+            ),
+            (
+                &["CD", "DVD", "USBStick"],
+                "http://m/x.img",
+                Some(DeviceClass::Usb),
+            ),
+            (&[], "http://m/x.iso", None),
+        ];
+        for (types, image, want) in cases {
+            assert_eq!(DeviceClass::of_slot(types, image), want, "{types:?} {image}");
+        }
+    }
+
+    /// The end of POST boots only media the firmware could find a GPT on through the device's block size, and
+    /// with an override only media of the override's class; anything else is passed over as if the slot were
+    /// empty.
+    #[test]
+    fn the_boot_device_follows_the_override_and_what_each_slot_can_boot() {
+        use DeviceClass::{Cd, Usb};
+        // (override enabled, target, installed, slot 0 inserted and bootable as, slot 1 …, want)
+        type Slot = Option<Option<DeviceClass>>;
+        let cases: [(&str, &str, bool, Slot, Slot, BootDevice); 12] = [
+            ("Once", "Cd", false, Some(Some(Cd)), None, BootDevice::Media(0)),
+            ("Once", "Usb", false, None, Some(Some(Usb)), BootDevice::Media(1)),
+            // An .img in a CD drive has no GPT at 2048: not bootable, nothing else to boot.
+            ("Once", "Cd", false, Some(None), None, BootDevice::Nothing),
+            ("Once", "Cd", true, Some(None), None, BootDevice::Disk),
+            // Cd with the image in a USB slot: the override finds no CD to boot.
+            ("Once", "Cd", true, None, Some(Some(Usb)), BootDevice::Disk),
+            (
+                "Continuous",
+                "Usb",
+                false,
+                Some(Some(Cd)),
+                None,
+                BootDevice::Nothing,
+            ),
+            (
+                "Once",
+                "Usb",
+                false,
+                Some(Some(Cd)),
+                Some(Some(Usb)),
+                BootDevice::Media(1),
+            ),
+            ("Once", "Hdd", true, Some(Some(Cd)), None, BootDevice::Disk),
+            // No override: bootable media comes before the disk, unbootable media is passed over.
+            (
+                "Disabled",
+                "None",
+                true,
+                Some(Some(Cd)),
+                None,
+                BootDevice::Media(0),
+            ),
+            (
+                "Disabled",
+                "None",
+                true,
+                Some(None),
+                Some(Some(Usb)),
+                BootDevice::Media(1),
+            ),
+            ("Disabled", "None", true, Some(None), None, BootDevice::Disk),
+            ("Disabled", "None", false, None, None, BootDevice::Nothing),
+        ];
+        for (i, (enabled, target, installed, slot0, slot1, want)) in cases.into_iter().enumerate() {
+            let mut m = Machine::new(&Profile::new(Personality::Generic));
+            m.boot_override.enabled = enabled.to_owned();
+            m.boot_override.target = target.to_owned();
+            m.os.installed = installed;
+            let mut bootable = vec![None; m.media.len()];
+            for (n, slot) in [slot0, slot1].into_iter().enumerate() {
+                if let Some(class) = slot {
+                    m.media[n].image = Some(format!("http://m/{n}"));
+                    m.media[n].inserted = true;
+                    bootable[n] = class;
+                }
+            }
+            assert_eq!(m.select_boot_device(&bootable), want, "case {i}");
+            if enabled == "Once" {
+                assert_eq!(
+                    m.boot_override.enabled, "Disabled",
+                    "case {i}: a Once override is spent"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_wipe_leaves_nothing_installed_and_a_fresh_install_takes_the_media_version() {
+        let mut os = Machine::new(&Profile::new(Personality::Generic)).os;
+        os.install_fresh(SeedFiles::default(), Some("202612010000".into()));
+        os.machine_id = Some("0123456789abcdef0123456789abcdef".into());
+        assert!(os.installed);
+        assert_eq!(os.running_version, "202612010000");
+        os.wipe();
+        assert!(!os.installed);
+        assert_eq!(os.machine_id, None);
+        assert!(os.seed.is_none());
+        os.install_fresh(SeedFiles::default(), None);
+        assert_eq!(
+            os.running_version, "202612010000",
+            "a media without a version keeps it"
+        );
     }
 }

@@ -5,10 +5,14 @@
 //! the partition (otherwise "no seed data"), then walks the archive's entries and decodes the first one named
 //! `<section>.json`, `<section>.yaml` or `<section>.yml`; a section with no entry is "missing", which callers
 //! treat as absent, while a file that does not decode is an error. The types below follow IncusOS's `api/seed`
-//! structures, with its JSON/YAML field names; unknown fields are ignored, as Go's decoders ignore them.
+//! structures, with its JSON/YAML field names; an unknown field is an error, as IncusOS decodes JSON with
+//! `DisallowUnknownFields` and YAML with `WithKnownFields` (`internal/seed/seed.go`).
 //!
-//! Public so that tests and tools can read what a simulated server read. This module is pure: [`partition2`] finds the seed partition in the bytes the installer's boot read gave it,
-//! and [`SeedFiles::from_partition`] reads the archive from the bytes at the start of that partition.
+//! Public so that tests and tools can read what a simulated server read. This module is pure: [`read_gpt`] finds
+//! the GPT in the bytes the installer's boot read gave it through the media's own logical sector size (512 for
+//! IncusOS's `.img`, 2048 for its `.iso`, as `scripts/convert-img-to-iso.sh` makes it), and with it partition 2
+//! and the version the media carries; [`SeedFiles::from_partition`] reads the archive from the bytes at the
+//! start of that partition.
 
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read};
@@ -51,19 +55,64 @@ pub enum SeedError {
     Malformed { file: String, message: String },
 }
 
-/// The byte range of partition 2 within the image, from the GPT at the start of `head` (the first bytes of the
-/// media). Both 512- and 4096-byte sectors are tried, as a GPT on a CD image may use either.
-pub fn partition2(head: &[u8]) -> Result<Range<u64>, LocateError> {
-    let gpt =
-        gptman::GPT::find_from(&mut Cursor::new(head)).map_err(|e| LocateError::NoGpt(e.to_string()))?;
-    let entry = gpt
+/// The logical sector sizes a GPT is looked for with: IncusOS's `.img` (512), its `.iso` (2048), 4Kn (4096). The
+/// GPT header is at LBA 1 of the size the media was made with.
+pub const SECTOR_SIZES: [u64; 3] = [512, 2048, 4096];
+
+/// What the GPT at the start of the media says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaGpt {
+    /// The logical sector size the GPT was found with.
+    pub sector_size: u64,
+    /// The byte range of partition 2 (`seed-data`), when the GPT has one.
+    pub partition2: Option<Range<u64>>,
+    /// The IncusOS version the media carries: IncusOS names its `/usr` partition `<ImageId>_<ImageVersion>`
+    /// (`mkosi.repart/12-usr.conf`, `Label=%M_%A`; `ImageId=IncusOS`), and its verity partitions with
+    /// `_verity` and `_verity_sig` appended.
+    pub version: Option<String>,
+}
+
+/// The GPT at the start of `head` (the first bytes of the media), tried at each of [`SECTOR_SIZES`]: the first
+/// size whose LBA 1 holds a GPT signature wins; a damaged table at that size is an error.
+pub fn read_gpt(head: &[u8]) -> Result<MediaGpt, LocateError> {
+    let mut found = None;
+    for size in SECTOR_SIZES {
+        match gptman::GPT::read_from(&mut Cursor::new(head), size) {
+            Ok(gpt) => {
+                found = Some(gpt);
+                break;
+            }
+            Err(gptman::Error::InvalidSignature) => continue,
+            Err(e) => return Err(LocateError::NoGpt(e.to_string())),
+        }
+    }
+    let gpt = found.ok_or_else(|| LocateError::NoGpt(gptman::Error::InvalidSignature.to_string()))?;
+    let partition2 = gpt
         .iter()
         .find(|(i, e)| *i == 2 && e.is_used())
-        .map(|(_, e)| e.clone())
-        .ok_or(LocateError::NoPartition2)?;
-    let start = entry.starting_lba * gpt.sector_size;
-    let end = (entry.ending_lba + 1) * gpt.sector_size;
-    Ok(start..end)
+        .map(|(_, e)| e.starting_lba * gpt.sector_size..(e.ending_lba + 1) * gpt.sector_size);
+    let version = gpt
+        .iter()
+        .filter(|(_, e)| e.is_used())
+        .find_map(|(_, e)| usr_version(e.partition_name.as_str()));
+    Ok(MediaGpt {
+        sector_size: gpt.sector_size,
+        partition2,
+        version,
+    })
+}
+
+/// The version in a `/usr` partition's name (`IncusOS_202611010000`), not its verity partitions'.
+fn usr_version(name: &str) -> Option<String> {
+    let version = name.strip_prefix("IncusOS_")?;
+    (!version.is_empty() && !version.ends_with("_verity") && !version.ends_with("_verity_sig"))
+        .then(|| version.to_owned())
+}
+
+/// The byte range of partition 2 within the image, from the GPT at the start of `head` (the first bytes of the
+/// media), located through the media's own sector size ([`read_gpt`]).
+pub fn partition2(head: &[u8]) -> Result<Range<u64>, LocateError> {
+    read_gpt(head)?.partition2.ok_or(LocateError::NoPartition2)
 }
 
 /// The regular files of a seed archive, in archive order.
@@ -188,11 +237,14 @@ fn is_empty_document(data: &[u8]) -> bool {
 
 /// `install.{json,yaml,yml}` (IncusOS `api/seed/install.go`); its presence starts the installation.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Install {
     pub version: String,
     /// Install over a disk that already holds partitions.
     pub force_install: bool,
+    /// The first six characters of the installed system's machine-id: needed to reinstall the very version
+    /// installed (`internal/install/install.go`, the same-version check).
+    pub force_install_confirmation: String,
     /// Reboot when done instead of waiting for the install media to be removed.
     pub force_reboot: bool,
     /// Which disk to install to; without it exactly one candidate disk must be present.
@@ -202,7 +254,7 @@ pub struct Install {
 
 /// `install.target`: a disk whose `/dev/disk/by-id` name contains `id`, and the other selectors.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct InstallTarget {
     pub id: String,
     pub bus: String,
@@ -213,7 +265,7 @@ pub struct InstallTarget {
 
 /// `install.security`: the degraded modes an install accepts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct InstallSecurity {
     pub missing_tpm: bool,
     pub missing_secure_boot: bool,
@@ -222,7 +274,7 @@ pub struct InstallSecurity {
 /// `provider.{json,yaml,yml}` (IncusOS `api/seed/provider.go`, `api/system_provider.go`): where updates come
 /// from and whom the server registers with.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Provider {
     pub version: String,
     pub name: String,
@@ -232,21 +284,21 @@ pub struct Provider {
 
 /// `applications.{json,yaml,yml}` (IncusOS `api/seed/applications.go`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Applications {
     pub version: String,
     pub applications: Vec<Application>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Application {
     pub name: String,
 }
 
 /// `incus.{json,yaml,yml}` (IncusOS `api/seed/incus.go`); `preseed` is Incus's `InitPreseed`, kept as data.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Incus {
     pub version: String,
     pub apply_defaults: bool,
@@ -255,7 +307,7 @@ pub struct Incus {
 
 /// `update.{json,yaml,yml}` (IncusOS `api/seed/update.go`, the update policy).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Update {
     pub version: String,
     pub auto_reboot: bool,
@@ -264,24 +316,30 @@ pub struct Update {
     pub maintenance_windows: Option<Value>,
 }
 
-/// `network.{json,yaml,yml}` (IncusOS `api/seed/network.go`, `api/system_network.go`); only what the
-/// simulator uses is typed, the interfaces, bonds and VLANs are kept as data.
+/// `network.{json,yaml,yml}` (IncusOS `api/seed/network.go`, `api/system_network.go`): every top-level key of
+/// `SystemNetworkConfig` is known; only what the simulator uses is typed, the rest kept as data.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Network {
     pub version: String,
     pub dns: Option<NetworkDns>,
     pub interfaces: Option<Vec<Value>>,
+    pub bonds: Option<Vec<Value>>,
+    pub vlans: Option<Vec<Value>>,
+    pub wireguard: Option<Vec<Value>>,
+    pub time: Option<Value>,
+    pub proxy: Option<Value>,
 }
 
 /// `network.dns`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct NetworkDns {
     pub hostname: String,
     pub domain: String,
     pub search_domains: Vec<String>,
     pub nameservers: Vec<String>,
+    pub dns_over_tls: bool,
 }
 
 impl Incus {
@@ -417,5 +475,71 @@ mod tests {
         gpt.write_into(&mut image).unwrap();
         assert_eq!(partition2(image.get_ref()), Ok(128 * 512..256 * 512));
         assert!(matches!(partition2(&[0u8; 65536]), Err(LocateError::NoGpt(_))));
+    }
+
+    /// The GPT is found at LBA 1 of the media's own sector size (512 for `.img`, 2048 for `.iso`, 4096), partition
+    /// 2 is located through it, and the `/usr` partition's name gives the version.
+    #[test]
+    fn the_gpt_is_read_through_the_media_sector_size_with_its_version() {
+        for sector in SECTOR_SIZES {
+            let mut image = Cursor::new(vec![0u8; 2 << 20]);
+            let mut gpt = gptman::GPT::new_from(&mut image, sector, [7; 16]).unwrap();
+            let entry = |n: u8, start: u64, end: u64, name: &str| gptman::GPTPartitionEntry {
+                partition_type_guid: [n; 16],
+                unique_partition_guid: [n + 10; 16],
+                starting_lba: start,
+                ending_lba: end,
+                attribute_bits: 0,
+                partition_name: name.into(),
+            };
+            let lba = |kib: u64| kib * 1024 / sector;
+            gpt[1] = entry(1, lba(64), lba(128) - 1, "esp");
+            gpt[2] = entry(2, lba(128), lba(384) - 1, "seed-data");
+            gpt[3] = entry(3, lba(384), lba(400) - 1, "IncusOS_202612010000_verity_sig");
+            gpt[4] = entry(4, lba(400), lba(448) - 1, "IncusOS_202612010000_verity");
+            gpt[5] = entry(5, lba(448), lba(1024) - 1, "IncusOS_202612010000");
+            gptman::GPT::write_protective_mbr_into(&mut image, sector).unwrap();
+            gpt.write_into(&mut image).unwrap();
+            let head = &image.get_ref()[..64 << 10];
+            let found = read_gpt(head).unwrap();
+            assert_eq!(found.sector_size, sector);
+            assert_eq!(found.partition2, Some(128 << 10..384 << 10), "{sector}");
+            assert_eq!(found.version.as_deref(), Some("202612010000"));
+        }
+        assert_eq!(usr_version("IncusOS_1_verity"), None);
+        assert_eq!(usr_version("root"), None);
+    }
+
+    /// IncusOS decodes seeds with `DisallowUnknownFields` / `WithKnownFields`: a key it does not know is an error,
+    /// never ignored.
+    #[test]
+    fn an_unknown_key_is_an_error() {
+        let cases = [
+            ("install.yaml", "forse_install: true\n"),
+            ("install.yaml", "target: {idd: nvme}\n"),
+            ("provider.yaml", "name: operations-center\nconfig: {}\nextra: 1\n"),
+            ("update.yaml", "channel: stable\ncheck_frequncy: never\n"),
+            ("network.yaml", "dns: {hostname: a, host: b}\n"),
+        ];
+        for (name, body) in cases {
+            let files = SeedFiles::from_partition(&archive(&[(name, body)])).unwrap();
+            let err = match name {
+                "install.yaml" => files.install().map(drop),
+                "provider.yaml" => files.provider().map(drop),
+                "update.yaml" => files.update().map(drop),
+                _ => files.network().map(drop),
+            };
+            assert!(
+                matches!(err, Err(SeedError::Malformed { .. })),
+                "{name}: {body}: {err:?}"
+            );
+        }
+        let files = SeedFiles::from_partition(&archive(&[(
+            "install.yaml",
+            "force_install: true\nforce_install_confirmation: 3f9a1c\ntarget: null\n",
+        )]))
+        .unwrap();
+        let install = files.install().unwrap().unwrap();
+        assert_eq!(install.force_install_confirmation, "3f9a1c");
     }
 }

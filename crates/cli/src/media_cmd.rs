@@ -15,8 +15,9 @@ pub struct Args {
 #[derive(clap::Subcommand, Debug)]
 enum MediaCommand {
     /// Write a disk image laid out like an IncusOS install image (a GPT whose partition 2 takes the seed, the
-    /// rest pseudo-random) as DIR/incusos-demo.img, for trying racklift without a real image; prints its path,
-    /// size and SHA-256 as JSON.
+    /// rest pseudo-random) as DIR/incusos-demo.img (512-byte sectors, as IncusOS's `.img`), or with --iso as
+    /// DIR/incusos-demo.iso (2048-byte sectors, as IncusOS's `.iso`), for trying racklift without a real image;
+    /// prints its path, size and SHA-256 as JSON.
     DemoImage {
         /// Directory to write into (created if missing).
         #[arg(long)]
@@ -24,6 +25,9 @@ enum MediaCommand {
         /// Size in bytes (at least 2 MiB).
         #[arg(long, default_value_t = 64 << 20)]
         size: u64,
+        /// Write the `.iso` form: a GPT with 2048-byte sectors, booted from a CD drive.
+        #[arg(long)]
+        iso: bool,
     },
     /// Write IMAGE with SEED laid over the start of its partition 2 to FILE, the bytes the media server serves
     /// a deployment with that seed (for a USB stick); prints FILE's path, size and SHA-256 as JSON.
@@ -54,8 +58,13 @@ struct Written {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
-        MediaCommand::DemoImage { dir, size } => {
-            let (path, sha256) = racklift_api::demo::generate_image(&dir, size)
+        MediaCommand::DemoImage { dir, size, iso } => {
+            let spec = if iso {
+                racklift_media::layout::DemoImage::iso(size)
+            } else {
+                racklift_media::layout::DemoImage::img(size)
+            };
+            let (path, sha256) = racklift_api::demo::generate_image_as(&dir, &spec)
                 .with_context(|| format!("writing a demo image into {}", dir.display()))?;
             let written = Written {
                 path,

@@ -27,6 +27,7 @@ fn plan() -> Plan {
         image_size_bytes: Some(3 << 30),
         force: true,
         skip_secure_boot_certificates: false,
+        reinstall: false,
         bios_profiles: vec!["bench".to_owned()],
         bios: BiosPlan {
             attributes: (0..8)

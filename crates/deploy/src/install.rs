@@ -51,6 +51,20 @@ pub(crate) fn wait_install(plan: &Plan, m: &mut Machine, facts: &Facts, now: Tim
         Some(watch) => {
             let (signal, advanced) = watch.observe(facts);
             match signal {
+                // A reinstall's first installer reboot may be IncusOS wiping the same version before it installs:
+                // watched again from here, the next installer reboot ends stage 1. Had the installer installed
+                // straight away (another version), the media, still in, boots it again and `force_install` has
+                // it install once more, so that next reboot comes either way.
+                RebootSignal::Rebooted { installer_ran }
+                    if plan.reinstall
+                        && !m.wipe_reboot_seen
+                        && (installer_ran == Some(true)
+                            || (installer_ran.is_none()
+                                && since >= secs(cfg.install_reboot_fallback_delay_secs))) =>
+                {
+                    m.wipe_reboot_seen = true;
+                    m.install_watch = Some(RebootWatch::anchor(facts, now));
+                }
                 RebootSignal::Rebooted {
                     installer_ran: Some(true),
                 } => {

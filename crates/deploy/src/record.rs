@@ -59,6 +59,10 @@ pub struct Plan {
     pub no_bios_settings: bool,
     pub bios: BiosPlan,
     pub secure_boot: SecureBootPlan,
+    /// The seed sets `force_install` over an installation racklift has seen register: IncusOS, finding the very
+    /// version it boots from installed, wipes it and reboots before it installs (`internal/install/install.go`,
+    /// the same-version check), so the first reboot after the installer ran may not end stage 1.
+    pub reinstall: bool,
 }
 
 /// Which BIOS passes still have something to apply.
@@ -106,6 +110,10 @@ pub struct Machine {
     /// The boot after install stage 1 and the eject that had to beat it; set when a reboot ended stage 1.
     #[serde(default)]
     pub eject: Option<EjectRace>,
+    /// A reinstall's first installer reboot was taken for IncusOS wiping the same version (see
+    /// [`Plan::reinstall`]); the next one ends stage 1.
+    #[serde(default)]
+    pub wipe_reboot_seen: bool,
 }
 
 impl Machine {
@@ -129,6 +137,7 @@ impl Machine {
             install_watch: None,
             settle_watch: None,
             eject: None,
+            wipe_reboot_seen: false,
         }
     }
 

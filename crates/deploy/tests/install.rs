@@ -72,6 +72,34 @@ fn reboot_after_the_installer_ran_ends_stage_1_promptly() {
     assert_eq!(got, Some((200, State::DetachMedia, Cause::RebootDetected)));
 }
 
+/// A reinstall (`force_install` over a server seen registered): IncusOS, finding the same version installed,
+/// wipes it and reboots before it installs, so the first installer reboot is watched past and the second ends
+/// stage 1; an ordinary deployment ends at the first.
+#[test]
+fn a_reinstall_ends_stage_1_at_the_second_installer_reboot() {
+    let ticks = [
+        (60, boot(Some(1), Some(P::OSBootStarted))),
+        // The installer wiped the same version and rebooted.
+        (80, boot(Some(75), Some(P::PrimaryProcessorInitializationStarted))),
+        (100, boot(Some(75), Some(P::OSBootStarted))),
+        // Installed: the reboot that ends stage 1.
+        (
+            300,
+            boot(Some(290), Some(P::PrimaryProcessorInitializationStarted)),
+        ),
+    ];
+    let mut reinstall = installing();
+    reinstall.plan.reinstall = true;
+    assert_eq!(
+        drive(reinstall, &ticks),
+        Some((300, State::DetachMedia, Cause::RebootDetected))
+    );
+    assert_eq!(
+        drive(installing(), &ticks),
+        Some((80, State::DetachMedia, Cause::RebootDetected))
+    );
+}
+
 #[test]
 fn firmware_reboot_before_the_installer_re_anchors() {
     let mut d = installing();

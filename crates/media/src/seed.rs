@@ -20,6 +20,11 @@ pub struct Install {
     pub version: String,
     #[serde(default)]
     pub force_install: bool,
+    /// The first six characters of the installed system's `/etc/machine-id`: IncusOS reinstalls over the very
+    /// version it is booted from only with it (`internal/install/install.go`, the same-version check). Omitted
+    /// when empty, as IncusOS's `omitempty` writes it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub force_install_confirmation: String,
     /// Reboot when done instead of waiting for the media to be removed (spec 000's `force_reboot`).
     #[serde(default)]
     pub force_reboot: bool,
@@ -109,6 +114,11 @@ pub struct SeedConfig {
     pub force_reboot: bool,
     #[serde(default)]
     pub force_install: bool,
+    /// `install.yaml`'s `force_install_confirmation`: the first six characters of the machine-id of the
+    /// installation to replace when it is the very version being installed. A redeployment of a server racklift
+    /// has seen registered fills it in from that registration's `machine_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_install_confirmation: Option<String>,
     #[serde(default)]
     pub target: Option<InstallTarget>,
     #[serde(default)]
@@ -178,6 +188,7 @@ impl SeedFiles {
             install: Install {
                 version: VERSION.into(),
                 force_install: config.force_install,
+                force_install_confirmation: config.force_install_confirmation.clone().unwrap_or_default(),
                 force_reboot: config.force_reboot,
                 security: config.security.clone(),
                 target: config.target.clone(),
@@ -372,6 +383,28 @@ mod tests {
         let back = SeedFiles::from_archive(&seed.archive().expect("archive").bytes).expect("parse");
         assert!(!back.provider.config.contains_key("server_certificate"));
         assert_eq!(back.network, None);
+    }
+
+    /// `force_install_confirmation` is written only when set, as IncusOS's `omitempty` writes it, and reads back.
+    #[test]
+    fn the_install_confirmation_is_omitted_when_empty() {
+        let plain = SeedFiles::for_deployment(&SeedConfig::default(), &manager(), "stable");
+        let text = yaml(&plain.install).unwrap();
+        assert!(!text.contains("force_install_confirmation"), "{text}");
+        let config = SeedConfig {
+            force_install: true,
+            force_install_confirmation: Some("3f9a1c".into()),
+            ..SeedConfig::default()
+        };
+        let seed = SeedFiles::for_deployment(&config, &manager(), "stable");
+        let text = yaml(&seed.install).unwrap();
+        assert!(text.contains("force_install_confirmation: 3f9a1c"), "{text}");
+        let back = SeedFiles::from_archive(&seed.archive().unwrap().bytes).unwrap();
+        assert!(back.install.force_install);
+        assert_eq!(back.install.force_install_confirmation, "3f9a1c");
+        let c: SeedConfig =
+            serde_json::from_value(json!({ "force_install_confirmation": "abcdef" })).expect("config");
+        assert_eq!(c.force_install_confirmation.as_deref(), Some("abcdef"));
     }
 
     #[test]

@@ -44,8 +44,8 @@ pub use client::{BmcClient, BmcConfig, FENCE_HEADER, Fence, RetryPolicy};
 pub use error::{Error, ErrorClass, ExtendedInfo, Result, message_suffix};
 pub use limiter::HostLimiter;
 pub use media::{
-    EjectMethod, InsertMethod, InsertOutcome, MediaSlot, MediaType, SlotExpectation, SlotOwner, SlotReadBack,
-    SlotRef, TransferMethod, VirtualMedia,
+    EjectMethod, ImageKind, InsertMethod, InsertOutcome, MediaSlot, MediaType, SlotChoice, SlotExpectation,
+    SlotOwner, SlotReadBack, SlotRef, SlotRefusal, TransferMethod, VirtualMedia, choose_slot,
 };
 pub use model::{ActionInfo, ActionParameter, ActionRef, Link, SettingsInfo};
 pub use secret::{Credentials, Secret};

@@ -24,7 +24,9 @@ use crate::error::{Error, Result};
 use crate::model::{ActionInfo, ActionRef, Collection, link_field, redfish_enum};
 use crate::task::TaskMonitor;
 
+mod choice;
 mod read_back;
+pub use choice::{ImageKind, SlotChoice, SlotRefusal, choose_slot};
 pub use read_back::{SlotExpectation, SlotReadBack};
 
 redfish_enum!(

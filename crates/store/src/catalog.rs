@@ -213,7 +213,41 @@ pub struct Image {
     pub seed_offset: Option<i64>,
     /// Bytes partition 2 holds.
     pub seed_capacity: Option<i64>,
+    /// How a drive must present the image to boot it, from the sector size its partition table was found with.
+    #[sqlx(try_from = "String")]
+    pub format: ImageFormat,
     pub created_at: DateTime<Utc>,
+}
+
+/// The two install media formats IncusOS publishes, told apart by the logical sector size of their GPT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageFormat {
+    /// 512- or 4096-byte sectors: IncusOS's `.img`, booted from a USB stick (`Usb`).
+    Disk,
+    /// 2048-byte sectors: IncusOS's `.iso`, booted from a CD/DVD drive (`Cd`).
+    Cd,
+}
+
+impl ImageFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageFormat::Disk => "disk",
+            ImageFormat::Cd => "cd",
+        }
+    }
+}
+
+impl TryFrom<String> for ImageFormat {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "disk" => Ok(ImageFormat::Disk),
+            "cd" => Ok(ImageFormat::Cd),
+            _ => Err(format!("image format {s:?}")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
@@ -506,19 +540,20 @@ impl Store {
 
     // --- images -----------------------------------------------------------------------------------------------
 
-    /// Registers an image whose partition 2 (read from its partition table by the caller) starts at
+    /// Registers an image of `format` whose partition 2 (read from its partition table by the caller) starts at
     /// `seed_offset` and holds `seed_capacity` bytes.
     pub async fn create_image(
         &self,
         i: &NewImage,
+        format: ImageFormat,
         seed_offset: i64,
         seed_capacity: i64,
     ) -> Result<Image, StoreError> {
         let name = format!("{}/{}/{}", i.image_type, i.architecture, i.channel);
         sqlx::query_as(
-            "INSERT INTO images (type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-             RETURNING id, type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, created_at",
+            "INSERT INTO images (type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, \
+             format) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             RETURNING id, type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, format, created_at",
         )
         .bind(&i.image_type)
         .bind(&i.architecture)
@@ -528,6 +563,7 @@ impl Store {
         .bind(&i.sha256)
         .bind(seed_offset)
         .bind(seed_capacity)
+        .bind(format.as_str())
         .fetch_one(&self.pool)
         .await
         .map_err(StoreError::on_unique("image", &name))
@@ -535,7 +571,7 @@ impl Store {
 
     pub async fn images(&self) -> Result<Vec<Image>, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT id, type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, created_at FROM images ORDER BY id",
+            "SELECT id, type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, format, created_at FROM images ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?)
@@ -543,7 +579,7 @@ impl Store {
 
     pub async fn image(&self, id: i64) -> Result<Image, StoreError> {
         let row: Option<Image> = sqlx::query_as(
-            "SELECT id, type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, created_at FROM images WHERE id = $1",
+            "SELECT id, type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, format, created_at FROM images WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)

@@ -23,6 +23,9 @@ pub struct DeploymentRecord {
     pub seed: String,
     pub deployment: Deployment,
     pub media_slot: Option<Value>,
+    /// The Redfish `BootSourceOverrideTarget` the media boots with (`Cd`, `Usb`), chosen with the slot at
+    /// pre-flight; `None` for deployments made before it was recorded, which boot `Cd`.
+    pub boot_target: Option<String>,
     pub cancel: Option<Value>,
     pub last_facts: Option<Value>,
     pub last_error: Option<Value>,
@@ -52,6 +55,7 @@ struct Row {
     seed: String,
     plan: Value,
     media_slot: Option<Value>,
+    boot_target: Option<String>,
     machine: Value,
     cancel: Option<Value>,
     last_facts: Option<Value>,
@@ -62,8 +66,8 @@ struct Row {
     finished_at: Option<DateTime<Utc>>,
 }
 
-const COLUMNS: &str = "id, server, media_secret, image_id, token, seed, plan, media_slot, machine, cancel, last_facts, \
-                       last_error, requested_by, created_at, updated_at, finished_at";
+const COLUMNS: &str = "id, server, media_secret, image_id, token, seed, plan, media_slot, boot_target, machine, cancel, \
+                       last_facts, last_error, requested_by, created_at, updated_at, finished_at";
 
 impl TryFrom<Row> for DeploymentRecord {
     type Error = StoreError;
@@ -83,6 +87,7 @@ impl TryFrom<Row> for DeploymentRecord {
             seed: r.seed,
             deployment: Deployment { plan, machine },
             media_slot: r.media_slot,
+            boot_target: r.boot_target,
             cancel: r.cancel,
             last_facts: r.last_facts,
             last_error: r.last_error,
@@ -104,6 +109,8 @@ pub struct NewDeployment {
     pub seed: String,
     pub deployment: Deployment,
     pub media_slot: Option<Value>,
+    /// The boot override target chosen with the slot (`Cd`, `Usb`).
+    pub boot_target: Option<String>,
     pub idempotency_key: Option<String>,
     pub requested_by: String,
     /// The seed archive laid over the image's partition 2 for this deployment.
@@ -183,8 +190,8 @@ impl Store {
         // `deployments_idempotency`) to commit, then lets this transaction read what it made.
         let inserted: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "INSERT INTO deployments (server, media_secret, image_id, token, seed, plan, media_slot, machine, state, \
-             seq, idempotency_key, requested_by, seed_archive, registration_token, expected_hostname, bmc_system_uuid) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+             seq, idempotency_key, requested_by, seed_archive, registration_token, expected_hostname, bmc_system_uuid, boot_target) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
              ON CONFLICT DO NOTHING RETURNING {COLUMNS}"
         )))
         .bind(&new.server)
@@ -203,6 +210,7 @@ impl Store {
         .bind(&new.registration_token)
         .bind(&new.expected_hostname)
         .bind(&new.bmc_system_uuid)
+        .bind(&new.boot_target)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = inserted else {

@@ -15,6 +15,12 @@ pub struct InstallConfig {
     /// Install over existing partitions of the target disk.
     #[serde(default)]
     force_install: bool,
+    /// The first six characters of the installed system's machine-id, which IncusOS asks for before it
+    /// reinstalls the very version already installed. A redeployment with `force_install` fills it in from the
+    /// server's last registration.
+    #[serde(default)]
+    #[schema(pattern = "^[0-9a-f]{6}$", example = "3f9a1c")]
+    force_install_confirmation: Option<String>,
     /// Which disk to install to when there is more than one.
     #[serde(default)]
     target: Option<InstallTargetSchema>,

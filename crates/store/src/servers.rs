@@ -243,6 +243,20 @@ impl Store {
         row.map(Server::from).ok_or_else(|| not_found(name))
     }
 
+    /// The `machine_id` of the server's last registration (IncusOS sends its `/etc/machine-id`), when it has
+    /// registered with one: a reinstall of the same IncusOS version is confirmed with its first six characters.
+    pub async fn registered_machine_id(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let row: Option<Option<String>> =
+            sqlx::query_scalar("SELECT registration->>'machine_id' FROM servers WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
+        match row {
+            Some(id) => Ok(id.filter(|id| !id.is_empty())),
+            None => Err(not_found(name)),
+        }
+    }
+
     /// The server whose registration presented the client certificate with this fingerprint (lower-case hex
     /// SHA-256 of its DER), if any: how a registered IncusOS server's own calls are authenticated.
     pub async fn server_by_client_certificate(&self, sha256: &str) -> Result<Option<String>, StoreError> {

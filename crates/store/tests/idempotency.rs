@@ -145,6 +145,7 @@ fn deployment(server: &str, key: Option<&str>) -> NewDeployment {
         seed: "web".into(),
         deployment: Deployment::new(Plan::default(), Utc::now()),
         media_slot: None,
+        boot_target: None,
         idempotency_key: key.map(str::to_owned),
         requested_by: "operator".into(),
         seed_archive: Vec::new(),

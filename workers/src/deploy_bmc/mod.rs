@@ -245,14 +245,28 @@ pub struct ActContext {
     /// Bound on the whole action (it may take several BMC calls, each with the client's own
     /// deadline); the decision's `call_deadline_secs`. `None`: only the per-call deadlines.
     pub deadline: Option<Duration>,
+    /// The boot override that boots the media from its slot, chosen with the slot at pre-flight
+    /// (`racklift_redfish::choose_slot`): `Cd` for a CD image in a CD/DVD slot, `Usb` for a disk
+    /// image in a USBStick slot.
+    pub boot_target: BootSourceOverrideTarget,
 }
 
 impl ActContext {
-    /// Enrols from `certificates`; no deadline but the per-call ones.
+    /// Enrols from `certificates`; no deadline but the per-call ones; boots the media as a CD.
     pub fn new(certificates: Arc<CertificateSet>) -> ActContext {
         ActContext {
             certificates,
             deadline: None,
+            boot_target: BootSourceOverrideTarget::Cd,
+        }
+    }
+
+    /// The boot target a deployment recorded (`Cd`, `Usb`); a deployment made before targets were recorded,
+    /// or an unknown value, boots `Cd`, as every deployment did then.
+    pub fn boot_target_of(recorded: Option<&str>) -> BootSourceOverrideTarget {
+        match recorded.map(BootSourceOverrideTarget::from) {
+            Some(t @ (BootSourceOverrideTarget::Cd | BootSourceOverrideTarget::Usb)) => t,
+            _ => BootSourceOverrideTarget::Cd,
         }
     }
 }
@@ -391,7 +405,7 @@ impl From<String> for Done {
 
 /// Runs the action; on success, says what the BMC did.
 async fn execute(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActContext) -> Step<Done> {
-    const CD: BootSourceOverrideTarget = BootSourceOverrideTarget::Cd;
+    let target = &ctx.boot_target;
     let detail = match action {
         Action::RefreshBmcData => refresh(client, slot).await?,
         Action::PowerOff => format!("{:?}", client.power_off().await?),
@@ -419,9 +433,9 @@ async fn execute(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActC
         Action::AttachMedia { image_url } => {
             let inserted = client.insert_media(slot, image_url).await?;
             // Which override the BMC took matters later: a continuous one keeps booting the media.
-            let boot = client.set_boot_override(CD, None).await?;
+            let boot = client.set_boot_override(target.clone(), None).await?;
             format!(
-                "{slot} insert: {:?}, boot override accepted {} (reported {:?})",
+                "{slot} insert: {:?}, boot override {target} accepted {} (reported {:?})",
                 inserted.method,
                 boot.accepted,
                 boot.reported.map(|r| r.to_string())
@@ -429,7 +443,7 @@ async fn execute(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActC
         }
         Action::DetachMedia => {
             let eject = client.eject_media(slot).await?;
-            let cleared = client.clear_boot_override(CD).await?;
+            let cleared = client.clear_boot_override(target.clone()).await?;
             format!("{slot} eject: {eject:?}, boot override cleared: {cleared}")
         }
         // Media progress lives in the database; the installed server is left as it is.
@@ -438,7 +452,7 @@ async fn execute(client: &BmcClient, slot: &SlotRef, action: &Action, ctx: &ActC
             // The power goes off even when the eject fails: a cancelled install must stop
             // writing disks whatever state the media is in.
             let eject = client.eject_media(slot).await;
-            let cleared = client.clear_boot_override(CD).await;
+            let cleared = client.clear_boot_override(target.clone()).await;
             let power = client.power_off().await?;
             format!(
                 "{slot} eject: {:?}, override cleared: {}, {power:?}",

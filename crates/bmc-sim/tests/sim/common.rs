@@ -195,6 +195,11 @@ impl MediaServer {
         format!("{}/image.iso", self.base)
     }
 
+    /// The same bytes named as a disk image (`.img`).
+    pub fn img_url(&self) -> String {
+        format!("{}/image.img", self.base)
+    }
+
     pub fn bytes_served(&self) -> u64 {
         self.reads.lock().unwrap().iter().map(|(a, b)| b - a + 1).sum()
     }
@@ -240,6 +245,7 @@ pub async fn media_server(image: Vec<u8>) -> MediaServer {
     let size = image.len() as u64;
     let app = axum::Router::new()
         .route("/image.iso", get(serve_image))
+        .route("/image.img", get(serve_image))
         .with_state((Arc::new(image), reads.clone()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -13,7 +13,8 @@ use crate::common::{self, Client, MediaServer, cd_slot, media_server, wait_for};
 use crate::lifecycle::{eject, insert};
 use crate::registration::{self, MANAGER_CERT};
 use crate::seeded::{
-    full_seed, image_without_partition2, image_without_seed_data, install_yaml, provider_json, seeded_image,
+    full_seed, image_without_partition2, image_without_seed_data, install_yaml, provider_json,
+    seeded_disk_image, seeded_image,
 };
 
 const LONG: Duration = Duration::from_secs(30);
@@ -276,4 +277,84 @@ async fn an_upload_bmc_reads_the_seed_from_the_copy_it_made_at_insert() {
     })
     .await;
     assert_eq!(oc.received()[0].token.as_deref(), Some("tok-d"));
+}
+
+/// The slot whose `MediaTypes` are exactly `types`, on server 0 of a generic simulator (System slots).
+async fn slot_of(c: &Client, sim: &SimHandle, types: &[&str]) -> Value {
+    let sys = c.system(&sim.bmc_url(0)).await;
+    let coll = c.get(sys["VirtualMedia"]["@odata.id"].as_str().unwrap()).await;
+    for m in coll["Members"].as_array().unwrap() {
+        let slot = c.get(m["@odata.id"].as_str().unwrap()).await;
+        if slot["MediaTypes"] == json!(types) {
+            return slot;
+        }
+    }
+    panic!("no slot taking {types:?}");
+}
+
+/// A simulated BMC boots what its boot override and the slot allow: an `.iso` (2048-byte sectors) from a CD slot
+/// with `Cd`, an `.img` (512-byte sectors) from a USBStick slot with `Usb`. The wrong pairings do not boot: the
+/// machine goes on to its next boot device (nothing, on a blank machine), as if no media were inserted.
+#[tokio::test]
+async fn media_boots_only_from_the_slot_and_override_its_format_is_made_for() {
+    let seed = [install_yaml(true)];
+    // (slot media types, image, URL extension, override target, boots)
+    let cases = [
+        (&["CD", "DVD"][..], seeded_image(SIZE, &seed), false, "Cd", true),
+        (
+            &["USBStick"][..],
+            seeded_disk_image(SIZE, &seed),
+            true,
+            "Usb",
+            true,
+        ),
+        (
+            &["CD", "DVD"][..],
+            seeded_disk_image(SIZE, &seed),
+            true,
+            "Cd",
+            false,
+        ),
+        (&["USBStick"][..], seeded_image(SIZE, &seed), false, "Usb", false),
+        // The right image in the right slot, but an override to the other kind of device.
+        (
+            &["USBStick"][..],
+            seeded_disk_image(SIZE, &seed),
+            true,
+            "Cd",
+            false,
+        ),
+        (&["CD", "DVD"][..], seeded_image(SIZE, &seed), false, "Usb", false),
+    ];
+    for (types, image, img, target, boots) in cases {
+        let name = format!("{types:?} {} {target}", if img { "img" } else { "iso" });
+        let sim = common::start(1, "generic").await;
+        let c = Client::new(&sim);
+        let media = media_server(image).await;
+        let slot = slot_of(&c, &sim, types).await;
+        insert(&c, &slot, &if img { media.img_url() } else { media.url() }).await;
+        let sys = c.system(&sim.bmc_url(0)).await;
+        let (status, _, body) = c
+            .patch(
+                sys["@odata.id"].as_str().unwrap(),
+                json!({"Boot": {"BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": "Once"}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{name}: {body}");
+        assert_eq!(c.reset(&sys, "On").await, StatusCode::NO_CONTENT);
+        if boots {
+            wait_for(&name, LONG, || async {
+                (sim.truth(0)["installed"] == true).then_some(())
+            })
+            .await;
+            assert!(
+                sim.truth(0)["counters"]["installer_runs"].as_u64() >= Some(1),
+                "{name}"
+            );
+        } else {
+            let truth = phase_of(&sim, "no_boot_device").await;
+            assert_eq!(truth["installed"], false, "{name}");
+            assert_eq!(truth["counters"]["installer_runs"], 0, "{name}");
+        }
+    }
 }

@@ -7,12 +7,14 @@ use std::io::Cursor;
 use gptman::{GPT, GPTPartitionEntry};
 use serde_json::json;
 
-const SECTOR: u64 = 512;
-/// Partition 1 (ESP) and partition 2 (seed) start here, in sectors.
-const ESP_START: u64 = 64;
-const SEED_START: u64 = 1024;
+/// 2048-byte sectors, as IncusOS's `.iso` (`scripts/convert-img-to-iso.sh`): the images are served as
+/// `image.iso` and inserted into CD slots, which boot only a GPT of that sector size.
+const SECTOR: u64 = 2048;
+/// Partition 1 (ESP) and partition 2 (seed) start here, in sectors (32 KiB and 512 KiB).
+const ESP_START: u64 = 16;
+const SEED_START: u64 = 256;
 /// Partition 2 holds 256 KiB.
-const SEED_SECTORS: u64 = 512;
+const SEED_SECTORS: u64 = 128;
 
 /// An image of `size` bytes whose content outside the partition table is `i % 251`.
 pub fn plain_image(size: u64) -> Vec<u8> {
@@ -32,16 +34,30 @@ fn entry(n: u8, start: u64, sectors: u64, name: &str) -> GPTPartitionEntry {
 
 /// A GPT image of `size` bytes (at least 1 MiB) with partition 2 only when `with_seed_partition`.
 fn gpt_image(size: u64, with_seed_partition: bool) -> (Vec<u8>, u64) {
+    gpt_image_of(size, with_seed_partition, SECTOR)
+}
+
+/// As [`gpt_image`], with `sector`-byte sectors; the partitions at the same byte offsets.
+fn gpt_image_of(size: u64, with_seed_partition: bool, sector: u64) -> (Vec<u8>, u64) {
     assert!(size >= 1 << 20, "images hold a GPT and a seed partition");
+    let lba = |n: u64| n * SECTOR / sector;
     let mut disk = Cursor::new(plain_image(size));
-    let mut gpt = GPT::new_from(&mut disk, SECTOR, [9; 16]).expect("new GPT");
-    gpt[1] = entry(1, ESP_START, SEED_START - ESP_START, "esp");
+    let mut gpt = GPT::new_from(&mut disk, sector, [9; 16]).expect("new GPT");
+    gpt[1] = entry(1, lba(ESP_START), lba(SEED_START - ESP_START), "esp");
     if with_seed_partition {
-        gpt[2] = entry(2, SEED_START, SEED_SECTORS, "seed-data");
+        gpt[2] = entry(2, lba(SEED_START), lba(SEED_SECTORS), "seed-data");
     }
-    GPT::write_protective_mbr_into(&mut disk, SECTOR).expect("protective MBR");
+    GPT::write_protective_mbr_into(&mut disk, sector).expect("protective MBR");
     gpt.write_into(&mut disk).expect("write GPT");
     (disk.into_inner(), SEED_START * SECTOR)
+}
+
+/// An `.img`-like image: [`seeded_image`] with 512-byte sectors, as IncusOS's raw disk image.
+pub fn seeded_disk_image(size: u64, files: &[(&str, String)]) -> Vec<u8> {
+    let (mut image, at) = gpt_image_of(size, true, 512);
+    let archive = seed_archive(files);
+    image[at as usize..at as usize + archive.len()].copy_from_slice(&archive);
+    image
 }
 
 /// A tar archive of `files` (name, content), ustar headers as IncusOS's reader expects.

@@ -29,6 +29,7 @@ pub fn plan() -> Plan {
         image_size_bytes: Some(3 * 1024 * MIB),
         force: false,
         skip_secure_boot_certificates: false,
+        reinstall: false,
         bios_profiles: vec!["sriov".to_owned()],
         bios: BiosPlan {
             attributes: [("SriovGlobalEnable".to_owned(), AttrValue::Text("Enabled".into()))].into(),
