@@ -135,7 +135,8 @@ pub struct OsState {
     /// The hostname the OS chose at its last start-up.
     pub hostname: Option<String>,
     /// `/etc/machine-id`: 32 hex characters made at the first boot of a fresh install and kept with it
-    /// (IncusOS sends it at registration, `internal/state/struct.go:100-112`).
+    /// (IncusOS sends it at registration, `internal/state/struct.go:100-112`; its first six characters confirm a
+    /// reinstall of the same version, `internal/install/install.go:215-265`).
     pub machine_id: Option<String>,
     /// Set at the end of a successful start-up, until the OS goes down (`cmd/incus-osd/main.go:322-329`).
     pub system_is_ready: bool,
@@ -152,9 +153,6 @@ pub struct OsState {
     pub trusted_certificates: Vec<String>,
     /// Why the last registration attempt failed, until one succeeds.
     pub registration_error: Option<String>,
-    /// The installed system's `/etc/machine-id` (32 lower-case hex), made by systemd at the first boot of a fresh
-    /// install; its first six characters confirm a reinstall of the same version.
-    pub machine_id: Option<String>,
     pub running_version: String,
     pub staged_version: Option<String>,
     /// The update channel (the seed's `update.yaml` `channel`, read at start-up).
@@ -512,7 +510,6 @@ impl Machine {
                 client_certificate: None,
                 trusted_certificates: Vec::new(),
                 registration_error: None,
-                machine_id: None,
                 running_version: "202611010000".to_owned(),
                 staged_version: None,
                 channel: "stable".to_owned(),
