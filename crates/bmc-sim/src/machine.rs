@@ -257,7 +257,6 @@ impl OsState {
             self.running_version = version;
             self.staged_version = None;
         }
-        self.machine_id = None;
         self.installed = true;
         self.registered = false;
         self.seed_files = seed.names().into_iter().map(str::to_owned).collect();
