@@ -41,41 +41,12 @@ pub struct DemoCatalog {
 /// newer to reboot into), holding only the Incus application a fresh install fetches before it registers.
 pub const DEMO_UPDATE_VERSION: &str = "202611010000";
 
-/// CRC-32 (ISO-HDLC, the one gzip's trailer holds), bit by bit: the demo's files are a few dozen bytes.
-fn crc32(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &byte in data {
-        crc ^= u32::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xedb8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
-/// `data` as a gzip member (RFC 1952) of stored deflate blocks (RFC 1951 `BTYPE=00`): valid gzip for any reader
-/// (IncusOS gunzips every file it downloads) without a compression library.
-pub fn stored_gzip(data: &[u8]) -> Vec<u8> {
-    // ID1 ID2 CM=deflate FLG=0 MTIME=0 XFL=0 OS=unknown.
-    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
-    let mut chunks = data.chunks(usize::from(u16::MAX)).peekable();
-    if chunks.peek().is_none() {
-        out.extend_from_slice(&[1, 0, 0, 0xff, 0xff]);
-    }
-    while let Some(chunk) = chunks.next() {
-        out.push(u8::from(chunks.peek().is_none()));
-        let len = chunk.len() as u16;
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&(!len).to_le_bytes());
-        out.extend_from_slice(chunk);
-    }
-    out.extend_from_slice(&crc32(data).to_le_bytes());
-    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    out
+/// `data` as gzip: IncusOS gunzips every file it downloads (`internal/providers/utils.go` `downloadAsset`).
+fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data)?;
+    encoder.finish()
 }
 
 /// Publishes [`DEMO_UPDATE_VERSION`] on `image`'s channel: `<architecture>/incus.raw.gz`, a small gzip file
@@ -85,13 +56,14 @@ pub fn stored_gzip(data: &[u8]) -> Vec<u8> {
 pub async fn publish_demo_update(store: &Store, dir: &Path, image: &Image) -> Result<String, DemoError> {
     let filename = format!("{}/{}", image.architecture, crate::update_catalog::INCUS_FILE);
     let path = dir.join("updates").join(DEMO_UPDATE_VERSION).join(&filename);
-    let data = stored_gzip(
+    let data = gzip(
         format!(
             "racklift demo: stands in for the Incus system extension of IncusOS {DEMO_UPDATE_VERSION} ({})\n",
             image.architecture
         )
         .as_bytes(),
-    );
+    )
+    .map_err(DemoError::Update)?;
     let write = |path: &Path| -> std::io::Result<PathBuf> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
@@ -364,38 +336,18 @@ pub async fn media_only_deployment(
 
 #[cfg(test)]
 mod tests {
-    use super::{crc32, stored_gzip};
+    use super::gzip;
 
     #[test]
-    fn crc32_is_gzips() {
-        // The check value of CRC-32/ISO-HDLC.
-        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
-        assert_eq!(crc32(b""), 0);
-    }
-
-    #[test]
-    fn stored_gzip_frames_the_bytes_as_rfc_1952_says() {
+    fn the_demo_update_file_gunzips_to_its_bytes() {
         for data in [&b""[..], b"incus", &vec![7u8; 70_000][..]] {
-            let gz = stored_gzip(data);
-            assert_eq!(gz[..4], [0x1f, 0x8b, 8, 0]);
-            let n = gz.len();
-            assert_eq!(gz[n - 8..n - 4], crc32(data).to_le_bytes());
-            assert_eq!(gz[n - 4..], (data.len() as u32).to_le_bytes());
-            // Unwrap the stored blocks again.
-            let mut at = 10;
             let mut out = Vec::new();
-            loop {
-                let last = gz[at] == 1;
-                let len = usize::from(u16::from_le_bytes([gz[at + 1], gz[at + 2]]));
-                let nlen = u16::from_le_bytes([gz[at + 3], gz[at + 4]]);
-                assert_eq!(nlen, !(len as u16));
-                out.extend_from_slice(&gz[at + 5..at + 5 + len]);
-                at += 5 + len;
-                if last {
-                    break;
-                }
-            }
-            assert_eq!((out.as_slice(), at), (data, n - 8));
+            std::io::Read::read_to_end(
+                &mut flate2::read::GzDecoder::new(&gzip(data).unwrap()[..]),
+                &mut out,
+            )
+            .unwrap();
+            assert_eq!(out, data);
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The update catalog end to end: an admin publishes files lying in the images directory; a registered server's
 //! simulated IncusOS, presenting its own client certificate over TLS 1.3 and trusting exactly the API's
-//! certificate, lists, fetches and verifies them, and stages the version; a tampered file is refused; a client
+//! certificate, lists, fetches, verifies and gunzips them, and stages the version; a tampered file is refused; a client
 //! with no certificate at all (a fresh IncusOS before Incus exists) reads the whole catalog as IncusOS parses it;
 //! downloads honour Range; a publish IncusOS could not use is refused, and so is a deployment whose channel
 //! offers no Incus for its architecture.
@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{ADMIN, Api, VIEWER, code, field, read, wait_for};
+use common::{ADMIN, Api, VIEWER, code, field, gzip, read, wait_for};
 use racklift_bmc_sim::register::{self, ClientIdentity, OperationsCenter, RegisterError};
 use racklift_bmc_sim::seed::Provider;
 use racklift_bmc_sim::{Personality, PersonalityChoice, Sim, SimConfig, SimHandle};
@@ -20,6 +20,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 const VERSION: &str = "202612010000";
+/// The version a simulated server installs as.
+const RUNNING: &str = "202611010000";
 
 fn sha256(data: &[u8]) -> String {
     racklift_store::sha256_hex(data)
@@ -75,29 +77,26 @@ async fn publish_as(
 }
 
 /// A whole x86_64 update as IncusOS's publisher lays one out: the four OS update files and the Incus application,
-/// each in the architecture's directory (the bytes need not be real gzip except where a test reads them as such).
+/// each in the architecture's directory, each gzip.
 fn update_files() -> Vec<(&'static str, Vec<u8>)> {
     vec![
         (
             "x86_64/IncusOS_202612010000.efi.gz",
-            (0..70_000u32).map(|i| (i % 253) as u8).collect(),
+            gzip(&(0..70_000u32).map(|i| (i % 253) as u8).collect::<Vec<_>>()),
         ),
         (
             "x86_64/IncusOS_202612010000.usr-x86-64.d7a3a4b2.raw.gz",
-            (0..150_000u32).map(|i| (i % 241) as u8).collect(),
+            gzip(&(0..150_000u32).map(|i| (i % 241) as u8).collect::<Vec<_>>()),
         ),
         (
             "x86_64/IncusOS_202612010000.usr-x86-64-verity.d7a3a4b2.raw.gz",
-            vec![3u8; 4_000],
+            gzip(&[3u8; 4_000]),
         ),
         (
             "x86_64/IncusOS_202612010000.usr-x86-64-verity-sig.d7a3a4b2.raw.gz",
-            vec![5u8; 700],
+            gzip(&[5u8; 700]),
         ),
-        (
-            "x86_64/incus.raw.gz",
-            racklift_api::demo::stored_gzip(b"the incus application"),
-        ),
+        ("x86_64/incus.raw.gz", gzip(b"the incus application")),
     ]
 }
 
@@ -189,6 +188,10 @@ async fn check(api: &Api, sim: &SimHandle) -> u16 {
 #[tokio::test]
 async fn a_registered_server_fetches_verifies_and_stages_a_published_update() {
     let api = Api::start_tls().await;
+    // The server is installed from its release, whose update holds Incus at the running version; the newer update
+    // is published once it runs (published before, its start-up check would have rebooted it into it already).
+    common::publish_incus(&api, RUNNING, "stable").await;
+    let sim = registered_server(&api).await;
     let (uuid, _) = publish(&api, &update_files()).await;
 
     // What IncusOS reads (an API token changes nothing: the catalog is public).
@@ -201,8 +204,8 @@ async fn a_registered_server_fetches_verifies_and_stages_a_published_update() {
         (Some("sync"), Some(200))
     );
     assert_eq!(
-        list["metadata"],
-        json!([format!("/1.0/provisioning/updates/{uuid}")])
+        list["metadata"][0],
+        json!(format!("/1.0/provisioning/updates/{uuid}"))
     );
     let (_, recursive) = api
         .call(Method::GET, "/1.0/provisioning/updates?recursion=1", VIEWER, None)
@@ -236,7 +239,7 @@ async fn a_registered_server_fetches_verifies_and_stages_a_published_update() {
         (efi["component"].as_str(), efi["architecture"].as_str()),
         (Some("os"), Some("x86_64"))
     );
-    assert_eq!(efi["size"], 70_000);
+    assert_eq!(efi["size"], update_files()[0].1.len());
     let app = files
         .iter()
         .find(|f| f["filename"] == "x86_64/incus.raw.gz")
@@ -246,8 +249,7 @@ async fn a_registered_server_fetches_verifies_and_stages_a_published_update() {
         (Some("incus"), Some("application"))
     );
 
-    // The simulated IncusOS, by its certificate: stages the version after checking every file.
-    let sim = registered_server(&api).await;
+    // The simulated IncusOS, by its certificate: stages the version after checking and gunzipping every file.
     assert_eq!(
         check(&api, &sim).await,
         200,
@@ -256,9 +258,13 @@ async fn a_registered_server_fetches_verifies_and_stages_a_published_update() {
     );
     let state = os_update_state(&api, &sim).await;
     assert_eq!(state["needs_reboot"], true, "{state}");
-    assert_eq!(state["status"], format!("Update {VERSION} staged"), "{state}");
+    assert_eq!(
+        state["status"],
+        format!("IncusOS has been updated to version {VERSION}"),
+        "{state}"
+    );
     assert_eq!(sim.truth(0)["os"]["staged_version"], VERSION);
-    // The update's `incus` file stages the application too (applied at the reboot or its restart).
+    // The update's `incus` file updates the application at once, as IncusOS reloads it.
     let app: Value = incus_client(&api)
         .await
         .get(format!("{}/os/1.0/applications/incus", incus_url(&sim)))
@@ -268,8 +274,7 @@ async fn a_registered_server_fetches_verifies_and_stages_a_published_update() {
         .json()
         .await
         .unwrap();
-    let available = app["metadata"]["state"]["available_versions"].clone();
-    assert_eq!(available[1], VERSION, "{app}");
+    assert_eq!(app["metadata"]["state"]["version"], VERSION, "{app}");
 }
 
 #[tokio::test]
@@ -286,7 +291,7 @@ async fn a_tampered_file_is_refused_by_the_simulator_and_nothing_is_staged() {
     assert_eq!(state["needs_reboot"], false, "{state}");
     let status = state["status"].as_str().unwrap_or_default();
     assert!(
-        status.contains("refused") && status.contains("usr-x86-64."),
+        status.contains("SHA-256") && status.contains("usr-x86-64."),
         "{state}"
     );
     assert!(sim.truth(0)["os"]["staged_version"].is_null());
@@ -342,25 +347,28 @@ async fn get_json(http: &reqwest::Client, url: String) -> Value {
 #[tokio::test]
 async fn a_fresh_incusos_without_a_certificate_reads_the_catalog_newest_first_and_fetches_its_architecture() {
     let api = Api::start_tls().await;
-    let efi = |v: &str| (format!("x86_64/IncusOS_{v}.efi.gz"), vec![1u8; 900]);
+    let efi = |v: &str| (format!("x86_64/IncusOS_{v}.efi.gz"), gzip(&[1u8; 900]));
     // Published out of order, on two channels, for two architectures.
-    let aarch64_incus = racklift_api::demo::stored_gzip(b"incus for aarch64");
-    let x86_incus = racklift_api::demo::stored_gzip(b"incus for x86_64");
+    let aarch64_incus = gzip(b"incus for aarch64");
+    let x86_incus = gzip(b"incus for x86_64");
     let full = |v: &str| -> Vec<(String, Vec<u8>)> {
         vec![
             efi(v),
-            (format!("x86_64/IncusOS_{v}.usr-x86-64.aa.raw.gz"), vec![2u8; 900]),
+            (
+                format!("x86_64/IncusOS_{v}.usr-x86-64.aa.raw.gz"),
+                gzip(&[2u8; 900]),
+            ),
             (
                 format!("x86_64/IncusOS_{v}.usr-x86-64-verity.aa.raw.gz"),
-                vec![3u8; 90],
+                gzip(&[3u8; 90]),
             ),
             (
                 format!("x86_64/IncusOS_{v}.usr-x86-64-verity-sig.aa.raw.gz"),
-                vec![4u8; 9],
+                gzip(&[4u8; 9]),
             ),
             ("x86_64/incus.raw.gz".to_owned(), x86_incus.clone()),
             ("aarch64/incus.raw.gz".to_owned(), aarch64_incus.clone()),
-            ("x86_64/changelog-stable.yaml.gz".to_owned(), vec![6u8; 30]),
+            ("x86_64/changelog-stable.yaml.gz".to_owned(), gzip(&[6u8; 30])),
         ]
     };
     for (version, channels) in [
@@ -519,19 +527,22 @@ async fn a_publish_incusos_could_not_use_is_refused_naming_the_files() {
     let api = Api::start().await;
     let os = |arch: &str, marker: &str| -> Vec<(String, Vec<u8>)> {
         vec![
-            (format!("{arch}/IncusOS_1.efi.gz"), vec![1u8; 10]),
-            (format!("{arch}/IncusOS_1.usr-{marker}.a.raw.gz"), vec![2u8; 10]),
+            (format!("{arch}/IncusOS_1.efi.gz"), gzip(&[1u8; 10])),
+            (
+                format!("{arch}/IncusOS_1.usr-{marker}.a.raw.gz"),
+                gzip(&[2u8; 10]),
+            ),
             (
                 format!("{arch}/IncusOS_1.usr-{marker}-verity.a.raw.gz"),
-                vec![3u8; 10],
+                gzip(&[3u8; 10]),
             ),
             (
                 format!("{arch}/IncusOS_1.usr-{marker}-verity-sig.a.raw.gz"),
-                vec![4u8; 10],
+                gzip(&[4u8; 10]),
             ),
         ]
     };
-    let incus = |arch: &str| (format!("{arch}/incus.raw.gz"), vec![5u8; 10]);
+    let incus = |arch: &str| (format!("{arch}/incus.raw.gz"), gzip(&[5u8; 10]));
     let without = |files: Vec<(String, Vec<u8>)>, gone: &str| -> Vec<(String, Vec<u8>)> {
         files.into_iter().filter(|(n, _)| !n.contains(gone)).collect()
     };
@@ -594,7 +605,7 @@ async fn update_files_honour_range_and_content_length() {
     // No token: the catalog is served to anyone.
     let whole = api.req(Method::GET, &path, None).send().await.unwrap();
     assert_eq!(whole.status(), 200);
-    assert_eq!(whole.content_length(), Some(70_000));
+    assert_eq!(whole.content_length(), Some(files[0].1.len() as u64));
     assert_eq!(whole.bytes().await.unwrap().as_ref(), files[0].1.as_slice());
     let part = api
         .req(Method::GET, &path, None)
@@ -605,7 +616,7 @@ async fn update_files_honour_range_and_content_length() {
     assert_eq!(part.status(), 206);
     assert_eq!(
         part.headers()["content-range"].to_str().unwrap(),
-        "bytes 1000-1999/70000"
+        format!("bytes 1000-1999/{}", files[0].1.len())
     );
     assert_eq!(part.content_length(), Some(1000));
     assert_eq!(part.bytes().await.unwrap().as_ref(), &files[0].1[1000..2000]);
@@ -641,7 +652,7 @@ async fn update_files_honour_range_and_content_length() {
 #[tokio::test]
 async fn a_bad_file_or_a_sha_mismatch_is_refused_naming_the_field() {
     let api = Api::start().await;
-    let data = b"update bytes".to_vec();
+    let data = gzip(b"update bytes");
     let path = api.dirs.images().join("incus.raw.gz");
     std::fs::write(&path, &data).unwrap();
     let file = |sha: &str, at: &str| {
@@ -766,15 +777,15 @@ async fn a_deployment_whose_channel_offers_no_incus_for_its_architecture_is_refu
     );
 
     // A newer update on `stable` without x86_64's Incus: IncusOS takes it, not the older one that has it.
-    let aarch64_only = [("aarch64/incus.raw.gz", racklift_api::demo::stored_gzip(b"incus"))];
+    let aarch64_only = [("aarch64/incus.raw.gz", gzip(b"incus"))];
     publish_as(&api, "202612010000", &["stable"], &aarch64_only).await;
     refused("the first update lacks x86_64", "202612010000")(
         read(deploy("x86_64", "stable").send().await.unwrap()).await,
     );
     // One holding both: deployed.
     let both = [
-        ("x86_64/incus.raw.gz", racklift_api::demo::stored_gzip(b"incus")),
-        ("aarch64/incus.raw.gz", racklift_api::demo::stored_gzip(b"incus")),
+        ("x86_64/incus.raw.gz", gzip(b"incus")),
+        ("aarch64/incus.raw.gz", gzip(b"incus")),
     ];
     publish_as(&api, "202612020000", &["stable"], &both).await;
     let (s, v) = read(deploy("x86_64", "stable").send().await.unwrap()).await;

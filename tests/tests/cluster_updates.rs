@@ -113,23 +113,20 @@ async fn publish(c: &ClusterRack, version: &str) {
     std::fs::create_dir_all(&dir).unwrap();
     let mut files = Vec::new();
     for (file, data) in [
-        (format!("x86_64/IncusOS_{version}.efi.gz"), vec![7u8; 40_000]),
+        (format!("x86_64/IncusOS_{version}.efi.gz"), gzip(&[7u8; 40_000])),
         (
             format!("x86_64/IncusOS_{version}.usr-x86-64.0a1b.raw.gz"),
-            vec![8u8; 30_000],
+            gzip(&[8u8; 30_000]),
         ),
         (
             format!("x86_64/IncusOS_{version}.usr-x86-64-verity.0a1b.raw.gz"),
-            vec![9u8; 3_000],
+            gzip(&[9u8; 3_000]),
         ),
         (
             format!("x86_64/IncusOS_{version}.usr-x86-64-verity-sig.0a1b.raw.gz"),
-            vec![10u8; 300],
+            gzip(&[10u8; 300]),
         ),
-        (
-            "x86_64/incus.raw.gz".to_owned(),
-            b"the incus application".to_vec(),
-        ),
+        ("x86_64/incus.raw.gz".to_owned(), gzip(b"the incus application")),
     ] {
         let path = dir.join(&file);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -146,4 +143,12 @@ async fn publish(c: &ClusterRack, version: &str) {
         )
         .await;
     assert_eq!(status, 201, "{body}");
+}
+
+/// `data` as gzip, as IncusOS's publisher writes every update file and IncusOS gunzips every download.
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data).expect("gzip into memory");
+    encoder.finish().expect("gzip into memory")
 }

@@ -328,10 +328,19 @@ pub async fn deploy_catalog(api: &Api, image_len: usize) -> (String, String) {
     (token, path.display().to_string())
 }
 
+/// `data` as gzip, as IncusOS's publisher writes every update file and IncusOS gunzips every download. Stored
+/// (level 0), so a file keeps about the size of its data: the Range tests read parts of it.
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::none());
+    encoder.write_all(data).expect("gzip into memory");
+    encoder.finish().expect("gzip into memory")
+}
+
 /// Publishes `version` on `channel` holding only `x86_64/incus.raw.gz` (a small gzip file in the images
 /// directory): what the deploy pre-flight asks of the channel a server is installed from.
 pub async fn publish_incus(api: &Api, version: &str, channel: &str) {
-    let data = racklift_api::demo::stored_gzip(format!("incus {version}").as_bytes());
+    let data = gzip(format!("incus {version}").as_bytes());
     let path = api.dirs.images().join(version).join("x86_64/incus.raw.gz");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, &data).unwrap();

@@ -11,7 +11,7 @@
 //! | GET | `/1.0/operations/<id>` (and `/wait?timeout=N`) | `Running` (103) / `Success` (200) / `Failure` (400, `err`) |
 //! | GET | `/os/1.0` | `environment`: `hostname`, `machine_id`, OS versions, `system_is_ready`, `uptime` |
 //! | GET | `/os/1.0/system/update` | `config` (`channel`) and `state` (`last_check`, `status`, `needs_reboot`) |
-//! | POST | `/os/1.0/system/update/:check` | asks the update provider (racklift) and stages a verified update |
+//! | POST | `/os/1.0/system/update/:check` | the start-up update check, run on request: applications updated, a newer OS staged |
 //! | POST | `/os/1.0/system/:reboot` | reboots (the staged OS and application versions become the running ones) |
 //! | POST | `/os/1.0/system/:poweroff` | powers the machine off |
 //! | PUT | `/os/1.0/system/network` | takes a network configuration (the address stays) |
@@ -30,7 +30,6 @@ use serde_json::{Value, json};
 
 use crate::bmc::Bmc;
 use crate::cluster::{self, member_name};
-use crate::os_update::{self, CheckOutcome};
 use crate::reply;
 use crate::server::Fleet;
 use crate::{driver, os};
@@ -222,83 +221,24 @@ fn record_mutation(fleet: &Fleet, bmc: &Bmc, req: &IncusRequest<'_>, reboot: boo
     }
 }
 
-/// `:check`: the provider's update check, outside the machine's lock (it is network calls); its outcome is
-/// written back together with the check's time. The provider is the installed seed's, as at start-up.
+/// `:check`: the start-up check's own code run as a requested check (`os::requested_check`), outside the
+/// machine's lock (it is network calls). The provider is the installed seed's, as at start-up. A check the machine's
+/// reboot interrupted is a 503.
 async fn check_update(bmc: &Arc<Bmc>) -> Response {
-    let (provider, identity, running, oldest, channel) = {
+    let provider = {
         let mut m = bmc.machine();
         let Some(provider) = os::seeded_provider(&m.os) else {
             m.os.update_status = "No update provider configured".to_owned();
             return error(StatusCode::BAD_REQUEST, "no update provider configured");
         };
-        let Some(identity) = m.os.identity.clone() else {
-            return error(StatusCode::SERVICE_UNAVAILABLE, "Incus has not started");
-        };
-        // What the update is compared with: the oldest of the OS and the applications, staged counting as run.
-        let oldest = std::iter::once(m.os.staged_version.as_ref().unwrap_or(&m.os.running_version))
-            .chain(
-                m.os.applications
-                    .iter()
-                    .map(|a| a.staged_version.as_ref().unwrap_or(&a.version)),
-            )
-            .min()
-            .cloned()
-            .unwrap_or_default();
-        (
-            provider,
-            identity,
-            m.os.running_version.clone(),
-            oldest,
-            m.os.channel.clone(),
-        )
+        provider
     };
-    let outcome = os_update::check(&provider, &identity, &oldest, &channel).await;
-    let mut m = bmc.machine();
-    m.os.last_check = Some(chrono::Utc::now());
-    match outcome {
-        Ok(CheckOutcome::UpToDate) => {
-            m.os.update_status = "Up to date".to_owned();
-            sync(json!({}))
-        }
-        Ok(CheckOutcome::Staged { version, components }) => {
-            m.os.update_status = format!("Update {version} staged");
-            let mut applications = false;
-            for app in &mut m.os.applications {
-                if components.contains(&app.name) && app.version < version {
-                    app.staged_version = Some(version.clone());
-                    applications = true;
-                }
-            }
-            // The OS is staged only when the update offered an OS image: a provider may offer applications
-            // alone.
-            let os = components.iter().any(|c| c == "os") && version > running;
-            if os {
-                m.os.staged_version = Some(version);
-            }
-            drop(m);
-            // `application-update-applied` after applications (`update.go:631`), `os-update-applied` after the OS
-            // is staged (`update.go:564`).
-            if applications {
-                os::notify(bmc, os::APPLICATION_UPDATE_APPLIED);
-            }
-            if os {
-                os::notify(bmc, os::OS_UPDATE_APPLIED);
-            }
-            sync(json!({}))
-        }
-        Ok(CheckOutcome::Refused { version, filename }) => {
-            m.os.update_status = format!("Update {version} refused: {filename} does not match its SHA-256");
-            error(StatusCode::INTERNAL_SERVER_ERROR, &m.os.update_status.clone())
-        }
-        Err(e) => {
-            let mut message = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(cause) = source {
-                message.push_str(&format!(": {cause}"));
-                source = cause.source();
-            }
-            m.os.update_status = format!("Update check failed: {message}");
-            error(StatusCode::INTERNAL_SERVER_ERROR, &m.os.update_status.clone())
-        }
+    match os::requested_check(bmc, &provider).await {
+        Ok(Ok(())) => sync(json!({})),
+        Ok(Err(status)) => error(StatusCode::INTERNAL_SERVER_ERROR, &status),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the machine rebooted during the update check",
+        ),
     }
 }

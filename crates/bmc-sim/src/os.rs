@@ -47,7 +47,7 @@ use crate::bmc::Bmc;
 use crate::driver::{self, Halt, current};
 use crate::incus_listener;
 use crate::machine::{AppState, OsPhase, OsState};
-use crate::os_update::{self, Offered, StartupCheckError, UpdateFile};
+use crate::os_update::{self, CheckError, Offered, UpdateFile};
 use crate::register::{
     self, ClientIdentity, OperationsCenter, RegisterError, ServerPost, ServerPut, ServerSelfUpdate,
 };
@@ -266,8 +266,9 @@ async fn startup_check(
         oc,
         identity.as_ref(),
         &channel,
-        &running,
-        startup,
+        (&running, None),
+        &startup.applications,
+        CheckKind::Startup,
     )
     .await?;
     let mut m = current(bmc, generation)?;
@@ -296,18 +297,33 @@ async fn startup_check(
     }
 }
 
-/// The network side of the start-up check; the applications it installs are recorded at once. Returns the OS
-/// version to reboot into, if one is newer.
+/// Which check runs: IncusOS runs the same `Checker` for both, `isStartupCheck` only deciding what follows an OS
+/// update (`internal/update/update.go:540-575`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CheckKind {
+    /// At start-up: a newer OS is rebooted into at once.
+    Startup,
+    /// Asked for through `POST /os/1.0/system/update/:check` (`isUserRequested`): a newer OS is staged and waits for
+    /// a reboot (`needs_reboot`; the simulated IncusOS has `auto_reboot` off).
+    Requested,
+}
+
+/// The network side of one update check (`update.go:137-211`, `checkDownloadUpdate`); the applications it installs
+/// are recorded at once, with their new version (`update.go:605-616`). `(running, next)` are the running OS and
+/// the one already staged for the next boot: an update at either is no OS update (`update.go:400-410`). Returns the
+/// newer OS version whose files were downloaded, if any.
+#[allow(clippy::too_many_arguments)]
 async fn check_and_install(
     bmc: &Arc<Bmc>,
     generation: u64,
     oc: &OperationsCenter,
     identity: Option<&ClientIdentity>,
     channel: &str,
-    running: &str,
-    startup: &Startup,
-) -> Result<Result<Option<String>, StartupCheckError>, Halt> {
-    let request = |source| StartupCheckError::Request {
+    (running, next): (&str, Option<&str>),
+    applications: &[String],
+    kind: CheckKind,
+) -> Result<Result<Option<String>, CheckError>, Halt> {
+    let request = |source| CheckError::Request {
         path: String::new(),
         source,
     };
@@ -319,7 +335,9 @@ async fn check_and_install(
         Ok(h) => h,
         Err(e) => return Ok(Err(request(e))),
     };
-    current(bmc, generation)?.counters.startup_update_checks += 1;
+    if kind == CheckKind::Startup {
+        current(bmc, generation)?.counters.startup_update_checks += 1;
+    }
     let (update, files) = match os_update::selected(&http, oc, channel, running).await {
         Ok(Some(found)) => found,
         Ok(None) => return Ok(Ok(None)),
@@ -330,7 +348,7 @@ async fn check_and_install(
         .iter()
         .map(|f| f.filename.clone())
         .collect();
-    for name in &startup.applications {
+    for name in applications {
         let Some(file) = os_update::application_file(&files, name) else {
             continue;
         };
@@ -344,7 +362,7 @@ async fn check_and_install(
         match os_update::compare(&update.version, installed.as_deref()) {
             Offered::Same => continue,
             Offered::NotNewer => {
-                return Ok(Err(StartupCheckError::NotNewer {
+                return Ok(Err(CheckError::NotNewer {
                     what: name.clone(),
                     installed: installed.unwrap_or_default(),
                     offered: update.version.clone(),
@@ -371,13 +389,16 @@ async fn check_and_install(
     }
     let os: Vec<UpdateFile> = match os_update::os_files(&files) {
         None => return Ok(Ok(None)),
-        Some(Err(kind)) => return Ok(Err(StartupCheckError::MissingOsFile(kind))),
+        Some(Err(kind)) => return Ok(Err(CheckError::MissingOsFile(kind))),
         Some(Ok(os)) => os.into_iter().cloned().collect(),
     };
+    if next == Some(update.version.as_str()) {
+        return Ok(Ok(None));
+    }
     match os_update::compare(&update.version, Some(running)) {
         Offered::Same => return Ok(Ok(None)),
         Offered::NotNewer => {
-            return Ok(Err(StartupCheckError::NotNewer {
+            return Ok(Err(CheckError::NotNewer {
                 what: "OS".to_owned(),
                 installed: running.to_owned(),
                 offered: update.version.clone(),
@@ -391,6 +412,59 @@ async fn check_and_install(
         }
     }
     Ok(Ok(Some(update.version)))
+}
+
+/// `POST /os/1.0/system/update/:check` (`update.go:126-227` run with `isUserRequested`): the start-up check's
+/// selection, downloads and version rules, against the installed seed's provider; the install list is the
+/// installed applications. Applications are updated at once and `application-update-applied` sent; a newer OS is
+/// staged, `os-update-applied` sent, and the machine keeps running until a reboot (`update.go:540-575`). The
+/// outcome goes to the update state's `status` (`update.go:190-204`); `Ok(Err)` is a failed check, its status.
+pub async fn requested_check(bmc: &Arc<Bmc>, oc: &OperationsCenter) -> Result<Result<(), String>, Halt> {
+    let (generation, identity, running, next, channel, applications) = {
+        let m = bmc.machine();
+        (
+            m.boot_gen,
+            m.os.identity.clone(),
+            m.os.running_version.clone(),
+            m.os.staged_version.clone(),
+            m.os.channel.clone(),
+            m.os.applications
+                .iter()
+                .map(|a| a.name.clone())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let outcome = check_and_install(
+        bmc,
+        generation,
+        oc,
+        identity.as_ref(),
+        &channel,
+        (&running, next.as_deref()),
+        &applications,
+        CheckKind::Requested,
+    )
+    .await?;
+    let mut m = current(bmc, generation)?;
+    m.os.last_check = Some(bmc.shared.clock.now());
+    match outcome {
+        Ok(Some(version)) => {
+            m.os.update_status = format!("IncusOS has been updated to version {version}");
+            m.os.staged_version = Some(version);
+            drop(m);
+            notify(bmc, OS_UPDATE_APPLIED);
+            Ok(Ok(()))
+        }
+        Ok(None) => {
+            m.os.update_status = "Update check completed".to_owned();
+            Ok(Ok(()))
+        }
+        Err(e) => {
+            let status = format!("Update check failed: {}", error_chain(&e));
+            m.os.update_status = status.clone();
+            Ok(Err(status))
+        }
+    }
 }
 
 /// The `images` provider stands for an image server offering the running release: the install list is

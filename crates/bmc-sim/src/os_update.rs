@@ -3,16 +3,17 @@
 //! the seed's `server_certificate` trusted alone when given, the server's Incus client certificate presented,
 //! every answer a `sync` 200 Incus envelope.
 //!
-//! A check lists `GET /1.0/provisioning/updates?recursion=1`, takes the newest update on the server's channel
-//! (`update.yaml`), lists its files, downloads those for its architecture and checks each against its SHA-256
-//! and size: one mismatch and nothing is staged. The files' `component`s (`os`, application names) say which
-//! applications the update carries a new version of.
+//! The pieces of one check, the same whether it runs at start-up or is asked for through
+//! `POST /os/1.0/system/update/:check` (IncusOS runs one `Checker` for both, `internal/update/update.go`): the
+//! listing's selected update ([`select`]), its files for this architecture ([`for_this_machine`]), what each kind
+//! takes from them ([`application_file`], [`os_files`], [`secure_boot_files`]), the version comparison
+//! ([`compare`]) and the download ([`download`]). `os.rs` runs them in IncusOS's order.
 //!
 //! [`register`]: crate::register
 
 use serde::Deserialize;
 
-use crate::register::{self, ClientIdentity, OperationsCenter, RegisterError};
+use crate::register::{self, OperationsCenter, RegisterError};
 
 /// What IncusOS reads of an element of the update listing (`provider_operations_center.go:37-43`).
 #[derive(Clone, Debug, Deserialize)]
@@ -23,12 +24,11 @@ pub struct Update {
     pub channels: Vec<String>,
 }
 
-/// What IncusOS reads of an update's file (`provider_operations_center.go:45-51`).
+/// What IncusOS reads of an update's file (`provider_operations_center.go:45-51`). Its `size` is decoded too but
+/// never checked (`internal/providers/utils.go:18-107`), so it is left out.
 #[derive(Clone, Debug, Deserialize)]
 pub struct UpdateFile {
     pub filename: String,
-    #[serde(default)]
-    pub size: u64,
     #[serde(default)]
     pub architecture: String,
     /// `os` or an application's name (`incus`, ...).
@@ -41,100 +41,8 @@ pub struct UpdateFile {
     pub sha256: String,
 }
 
-/// What an update check found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CheckOutcome {
-    /// Nothing on the channel newer than what the machine runs (its OS and every application).
-    UpToDate,
-    /// This version's files were fetched and verified: the components (`os`, application names) they update.
-    Staged {
-        version: String,
-        components: Vec<String>,
-    },
-    /// A file did not match its SHA-256 or size: nothing staged.
-    Refused { version: String, filename: String },
-}
-
-/// Why a check could not finish.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    #[error("requesting {path}")]
-    Request {
-        path: String,
-        #[source]
-        source: RegisterError,
-    },
-    #[error("downloading {path}: HTTP {status}")]
-    Download { path: String, status: u16 },
-}
-
 /// The simulated machine's architecture, in IncusOS's spelling.
 const ARCHITECTURE: &str = "x86_64";
-
-/// One update check against the manager (see the module documentation).
-pub async fn check(
-    oc: &OperationsCenter,
-    identity: &ClientIdentity,
-    oldest_running: &str,
-    channel: &str,
-) -> Result<CheckOutcome, CheckError> {
-    let failed = |path: &str| {
-        let path = path.to_owned();
-        move |source| CheckError::Request { path, source }
-    };
-    let http = register::client(oc, identity).map_err(failed(""))?;
-    let list = "/1.0/provisioning/updates?recursion=1";
-    let updates: Vec<Update> = register::get(&http, oc, list).await.map_err(failed(list))?;
-    // The list is newest first, as the manager sorts it.
-    let Some(newest) = updates
-        .into_iter()
-        .find(|u| channel.is_empty() || u.channels.iter().any(|c| c == channel))
-    else {
-        return Ok(CheckOutcome::UpToDate);
-    };
-    // Version strings are timestamps, compared as text (as IncusOS does). The OS and each application are
-    // updated on their own, so the update matters while any of them is older than it.
-    if newest.version.as_str() <= oldest_running {
-        return Ok(CheckOutcome::UpToDate);
-    }
-    let base = format!("/1.0/provisioning/updates/{}/files", newest.uuid);
-    let files: Vec<UpdateFile> = register::get(&http, oc, &base).await.map_err(failed(&base))?;
-    let mut components: Vec<String> = Vec::new();
-    for file in files
-        .iter()
-        .filter(|f| f.architecture.is_empty() || f.architecture == ARCHITECTURE)
-    {
-        if !file.component.is_empty() && !components.contains(&file.component) {
-            components.push(file.component.clone());
-        }
-        let path = format!("{base}/{}", file.filename);
-        let response = http
-            .get(oc.url(&path))
-            .send()
-            .await
-            .map_err(|e| failed(&path)(RegisterError::Send(e)))?;
-        if !response.status().is_success() {
-            return Err(CheckError::Download {
-                status: response.status().as_u16(),
-                path,
-            });
-        }
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| failed(&path)(RegisterError::Send(e)))?;
-        if bytes.len() as u64 != file.size || sha256_hex(&bytes) != file.sha256 {
-            return Ok(CheckOutcome::Refused {
-                version: newest.version,
-                filename: file.filename.clone(),
-            });
-        }
-    }
-    Ok(CheckOutcome::Staged {
-        version: newest.version,
-        components,
-    })
-}
 
 fn sha256_hex(data: &[u8]) -> String {
     use sha2::Digest;
@@ -226,9 +134,10 @@ pub fn compare(offered: &str, installed: Option<&str>) -> Offered {
     }
 }
 
-/// Why a start-up check ended early. IncusOS logs it and starts up all the same (`update.go:139-211`).
+/// Why a check ended early. At start-up IncusOS logs it and starts up all the same (`update.go:139-211`); a
+/// requested check reports it in the update state's `status`.
 #[derive(Debug, thiserror::Error)]
-pub enum StartupCheckError {
+pub enum CheckError {
     #[error("requesting {path}")]
     Request {
         path: String,
@@ -264,10 +173,10 @@ pub async fn download(
     uuid: &str,
     file: &UpdateFile,
     running: &str,
-) -> Result<Vec<u8>, StartupCheckError> {
+) -> Result<Vec<u8>, CheckError> {
     // The file name is appended as it is, `/` included (`provider_operations_center.go:623`).
     let path = format!("/1.0/provisioning/updates/{uuid}/files/{}", file.filename);
-    let request = |source| StartupCheckError::Request {
+    let request = |source| CheckError::Request {
         path: path.clone(),
         source: RegisterError::Send(source),
     };
@@ -278,7 +187,7 @@ pub async fn download(
         .await
         .map_err(request)?;
     if response.status() != reqwest::StatusCode::OK {
-        return Err(StartupCheckError::Status {
+        return Err(CheckError::Status {
             status: response.status().as_u16(),
             path,
         });
@@ -286,7 +195,7 @@ pub async fn download(
     let compressed = response.bytes().await.map_err(request)?;
     let got = sha256_hex(&compressed);
     if !file.sha256.is_empty() && got != file.sha256 {
-        return Err(StartupCheckError::Checksum {
+        return Err(CheckError::Checksum {
             path,
             got,
             want: file.sha256.clone(),
@@ -294,7 +203,7 @@ pub async fn download(
     }
     let mut out = Vec::new();
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&compressed[..]), &mut out)
-        .map_err(|source| StartupCheckError::Gzip { path, source })?;
+        .map_err(|source| CheckError::Gzip { path, source })?;
     Ok(out)
 }
 
@@ -304,10 +213,10 @@ pub async fn selected(
     oc: &OperationsCenter,
     channel: &str,
     running: &str,
-) -> Result<Option<(Update, Vec<UpdateFile>)>, StartupCheckError> {
+) -> Result<Option<(Update, Vec<UpdateFile>)>, CheckError> {
     let failed = |path: &str| {
         let path = path.to_owned();
-        move |source| StartupCheckError::Request { path, source }
+        move |source| CheckError::Request { path, source }
     };
     let list = "/1.0/provisioning/updates?recursion=1";
     let updates: Vec<Update> = register::get(http, oc, list).await.map_err(failed(list))?;
@@ -338,7 +247,6 @@ mod tests {
     fn file(filename: &str, component: &str, kind: &str, architecture: &str) -> UpdateFile {
         UpdateFile {
             filename: filename.to_owned(),
-            size: 1,
             architecture: architecture.to_owned(),
             component: component.to_owned(),
             kind: kind.to_owned(),

@@ -398,3 +398,66 @@ async fn an_update_check_that_stages_the_os_and_incus_reports_both() {
     .await;
     assert_eq!(sim.truth(0)["os"]["staged_version"], "202612010000");
 }
+
+/// A requested check is the start-up check: the application is updated at once, then an OS file that is not gzip
+/// fails the check (every download is gunzipped) and nothing is staged; the same OS, gzip, is staged without a
+/// reboot, and checking again finds it already staged.
+#[tokio::test]
+async fn a_requested_check_gunzips_every_file_updates_applications_at_once_and_stages_the_os() {
+    let operator = TestClient::new("operator");
+    let oc = registration::start(false, Vec::new()).await;
+    let sim = common::start(1, "generic").await;
+    let seed = installed_seed(
+        "node-0",
+        &operator,
+        &[provider_json(&oc.url, "t", Some(&oc.cert_pem))],
+    );
+    sim.boot_installed(0, &seed).unwrap();
+    wait_for_incus(&sim, 0).await;
+    let http = operator.client(&sim, 0);
+    let check = || async { post(&http, &sim, 0, "/os/1.0/system/update/:check", json!({}), None).await };
+    let state =
+        || async { get(&http, &sim, 0, "/os/1.0/system/update").await.1["metadata"]["state"].clone() };
+    let incus = |truth: &Value| {
+        truth["os"]["applications"]
+            .as_array()
+            .and_then(|apps| apps.iter().find(|a| a["name"] == "incus"))
+            .map(|a| a["version"].clone())
+    };
+    let reboots = sim.truth(0)["counters"]["daemon_starts"].clone();
+
+    let version = "202612010000";
+    let mut plain = update(version, true, true);
+    let efi = plain.files.iter_mut().find(|f| f.kind == "update-efi").unwrap();
+    efi.bytes = b"not gzip".to_vec();
+    oc.publish(vec![plain]);
+    let (status, body) = check().await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    let s = state().await;
+    assert!(s["status"].as_str().unwrap().contains("not gzip"), "{s}");
+    assert_eq!(s["needs_reboot"], false, "{s}");
+    let truth = sim.truth(0);
+    assert_eq!(incus(&truth), Some(json!(version)), "{truth}");
+    assert!(truth["os"]["staged_version"].is_null(), "{truth}");
+
+    oc.publish(vec![update(version, true, true)]);
+    let (status, body) = check().await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let s = state().await;
+    assert_eq!(
+        (s["status"].as_str(), &s["needs_reboot"]),
+        (
+            Some(format!("IncusOS has been updated to version {version}").as_str()),
+            &json!(true)
+        ),
+        "{s}"
+    );
+    let truth = sim.truth(0);
+    assert_eq!(truth["os"]["staged_version"], version, "{truth}");
+    assert_eq!(truth["os"]["running_version"], RUNNING_VERSION, "{truth}");
+    assert_eq!(truth["counters"]["daemon_starts"], reboots, "no reboot: {truth}");
+
+    let (status, body) = check().await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(state().await["status"], "Update check completed");
+}
