@@ -196,6 +196,10 @@ struct DeployArgs {
     /// where one does).
     #[arg(long)]
     no_bios_settings: bool,
+    /// Reinstall a server that has registered before: its disk is wiped, and a reinstall of the version already
+    /// on it is confirmed with the first six characters of the machine-id it registered with.
+    #[arg(long)]
+    force_install: bool,
     /// Makes a retried request answer with the original deployment instead of "deployment running" (keys are
     /// per server, so one key makes a whole --all run safe to retry).
     #[arg(long, value_name = "KEY")]
@@ -238,6 +242,7 @@ struct DeployBody {
     force: bool,
     skip_secure_boot_certificates: bool,
     no_bios_settings: bool,
+    force_install: bool,
 }
 
 /// The body of `…:cancel-deploy`.
@@ -507,6 +512,7 @@ async fn deploy(client: &Client, args: DeployArgs) -> anyhow::Result<()> {
         force: args.force,
         skip_secure_boot_certificates: args.skip_secure_boot_certificates,
         no_bios_settings: args.no_bios_settings,
+        force_install: args.force_install,
     })?;
     let Some(name) = args.name else {
         return bulk::deploy(
