@@ -194,7 +194,7 @@ pub async fn create(
             }
             other => other.into(),
         })?;
-    state
+    let certificate = state
         .incus
         .check_one_cluster(&endpoints)
         .await
@@ -220,6 +220,13 @@ pub async fn create(
             }
             other => other.into(),
         })?;
+    if let Some(sha256) = &certificate {
+        state
+            .store
+            .record_cluster_certificate(&cluster.name, sha256)
+            .await?;
+        tracing::info!(cluster = %cluster.name, certificate = %sha256, "cluster certificate pinned");
+    }
     tracing::info!(cluster = %cluster.name, by = caller.name(), "cluster created");
     Ok((StatusCode::CREATED, Json(ClusterView::of(cluster, None))))
 }
@@ -231,6 +238,9 @@ fn cluster_check_error(e: ClusterCheckError) -> ApiError {
         }
         ClusterCheckError::NotOneCluster { .. } => {
             ApiError::unprocessable("not_one_cluster", "servers", e.to_string())
+        }
+        ClusterCheckError::CertificateRefused(_) => {
+            ApiError::unprocessable("cluster_certificate_refused", "servers", e.to_string())
         }
         ClusterCheckError::NoCertificate { .. } => {
             ApiError::unprocessable("server_certificate_unknown", "servers", e.to_string())
