@@ -403,7 +403,20 @@ async fn launch(
     {
         return Err(running(op));
     }
-    let endpoints = store.cluster_endpoints(name).await?;
+    let mut endpoints = store.cluster_endpoints(name).await?;
+    // No certificate recorded (a repin cleared it): learn it before reading the members by it. A member that
+    // cannot be read now is left to the poll, which reports it to the launch rules.
+    match state.incus.learn_cluster_certificate(&endpoints).await {
+        Ok(Some(sha256)) => {
+            if store.record_cluster_certificate(name, &sha256).await? {
+                tracing::info!(cluster = %name, certificate = %sha256, "cluster certificate pinned");
+            }
+            endpoints = store.cluster_endpoints(name).await?;
+        }
+        Ok(None) => {}
+        Err(e @ ClusterCheckError::CertificateRefused(_)) => return Err(cluster_check_error(e)),
+        Err(e) => tracing::debug!(cluster = %name, error = %e, "cluster certificate not learned yet"),
+    }
     let facts = state.incus.poll(&endpoints).await.map_err(cluster_check_error)?;
     let mut run = RollingRun::launch(kind, &facts).map_err(launch_refused)?;
     if let Some(previous) = &previous {

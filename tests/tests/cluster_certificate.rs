@@ -56,7 +56,7 @@ async fn a_created_cluster_is_pinned_to_the_certificate_its_members_serve_and_ro
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_cluster_repin_is_audited_and_the_certificate_is_recorded_again_by_the_next_run() {
+async fn a_cluster_repin_is_audited_and_the_certificate_is_recorded_again_at_the_next_launch() {
     let c = ClusterRack::start(2).await;
     let expected = served_cluster_certificate(&c);
 
