@@ -77,3 +77,54 @@ pub async fn repin(
         repin_pending: true,
     }))
 }
+
+/// A cluster's certificate repin as recorded.
+#[derive(Serialize, ToSchema)]
+pub struct ClusterRepinAccepted {
+    pub cluster: String,
+    /// The next read of the members records the certificate they then all serve.
+    pub repin_pending: bool,
+}
+
+/// Forget the cluster's recorded certificate, so the next read of its members records the one they all serve
+/// (admin; audited on each member). For a cluster whose certificate was replaced on purpose (Incus'
+/// `UpdateClusterCertificate`); the members must still agree, or nothing is trusted.
+#[utoipa::path(post, path = "/1.0/provisioning/clusters/{name}/_action/repin", tag = "clusters",
+    security(("bearer" = ["admin"])),
+    params(("name" = String, Path, example = "rack1", description = "Cluster name")),
+    request_body = RepinRequest,
+    responses(
+        (status = 200, description = "The cluster's certificate is cleared; the next read records it",
+            body = ClusterRepinAccepted),
+        (status = 404, description = "No such cluster", body = ErrorBody),
+        AdminErrors))]
+pub async fn cluster_repin(
+    State(state): State<AppState>,
+    Admin(caller): Admin,
+    Path(name): Path<String>,
+    Body(req): Body<RepinRequest>,
+) -> Result<Json<ClusterRepinAccepted>, ApiError> {
+    let reason = req.reason.trim();
+    if reason.is_empty() || reason.chars().count() > 1024 {
+        return Err(ApiError::invalid("reason", "must be 1 to 1024 characters"));
+    }
+    let repin = Repin {
+        by: caller.name(),
+        reason,
+    };
+    state
+        .store
+        .request_cluster_repin(&name, &repin)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "cluster_not_found", e.to_string()).field("name")
+            }
+            other => other.into(),
+        })?;
+    tracing::info!(cluster = %name, by = caller.name(), reason, "cluster certificate repin requested");
+    Ok(Json(ClusterRepinAccepted {
+        cluster: name,
+        repin_pending: true,
+    }))
+}

@@ -194,7 +194,7 @@ pub async fn create(
             }
             other => other.into(),
         })?;
-    state
+    let certificate = state
         .incus
         .check_one_cluster(&endpoints)
         .await
@@ -220,6 +220,13 @@ pub async fn create(
             }
             other => other.into(),
         })?;
+    if let Some(sha256) = &certificate {
+        state
+            .store
+            .record_cluster_certificate(&cluster.name, sha256)
+            .await?;
+        tracing::info!(cluster = %cluster.name, certificate = %sha256, "cluster certificate pinned");
+    }
     tracing::info!(cluster = %cluster.name, by = caller.name(), "cluster created");
     Ok((StatusCode::CREATED, Json(ClusterView::of(cluster, None))))
 }
@@ -231,6 +238,9 @@ fn cluster_check_error(e: ClusterCheckError) -> ApiError {
         }
         ClusterCheckError::NotOneCluster { .. } => {
             ApiError::unprocessable("not_one_cluster", "servers", e.to_string())
+        }
+        ClusterCheckError::CertificateRefused(_) => {
+            ApiError::unprocessable("cluster_certificate_refused", "servers", e.to_string())
         }
         ClusterCheckError::NoCertificate { .. } => {
             ApiError::unprocessable("server_certificate_unknown", "servers", e.to_string())
@@ -393,7 +403,20 @@ async fn launch(
     {
         return Err(running(op));
     }
-    let endpoints = store.cluster_endpoints(name).await?;
+    let mut endpoints = store.cluster_endpoints(name).await?;
+    // No certificate recorded (a repin cleared it): learn it before reading the members by it. A member that
+    // cannot be read now is left to the poll, which reports it to the launch rules.
+    match state.incus.learn_cluster_certificate(&endpoints).await {
+        Ok(Some(sha256)) => {
+            if store.record_cluster_certificate(name, &sha256).await? {
+                tracing::info!(cluster = %name, certificate = %sha256, "cluster certificate pinned");
+            }
+            endpoints = store.cluster_endpoints(name).await?;
+        }
+        Ok(None) => {}
+        Err(e @ ClusterCheckError::CertificateRefused(_)) => return Err(cluster_check_error(e)),
+        Err(e) => tracing::debug!(cluster = %name, error = %e, "cluster certificate not learned yet"),
+    }
     let facts = state.incus.poll(&endpoints).await.map_err(cluster_check_error)?;
     let mut run = RollingRun::launch(kind, &facts).map_err(launch_refused)?;
     if let Some(previous) = &previous {

@@ -45,6 +45,7 @@ pub(crate) fn routes() -> Routes {
         .routes(routes!(clusters::cancel_action))
         .routes(routes!(clusters::pause_action))
         .routes(routes!(clusters::resume_action))
+        .routes(routes!(certificates::cluster_repin))
         .routes(routes!(deploy::deploy_action))
         .routes(routes!(deploy::cancel_action))
         .routes(routes!(bmc_actions::power))

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use racklift_bmc_access::incus::{ActError, IncusAccess};
+use racklift_bmc_access::incus::{ActError, ClusterCheckError, IncusAccess};
 use racklift_deploy::Config;
 use racklift_deploy::rolling::RollingStep;
 use racklift_deploy::rolling_run::explain::run_failure_sentence;
@@ -130,7 +130,30 @@ impl ClusterStepHandler {
                     failed: None,
                 };
             }
-            let endpoints = store.cluster_endpoints(&op.cluster).await?;
+            let mut endpoints = store.cluster_endpoints(&op.cluster).await?;
+            match self.incus.learn_cluster_certificate(&endpoints).await {
+                Ok(Some(sha256)) => {
+                    if store.record_cluster_certificate(&op.cluster, &sha256).await? {
+                        tracing::info!(cluster = %op.cluster, certificate = %sha256, "cluster certificate pinned");
+                    }
+                    endpoints = store.cluster_endpoints(&op.cluster).await?;
+                }
+                Ok(None) => {}
+                Err(ClusterCheckError::CertificateRefused(refusal)) => {
+                    break End::Finish {
+                        status: OperationStatus::Paused,
+                        reason: Some(format!(
+                            "no certificate can be trusted for the cluster's members: {refusal}; \
+                             `racklift cluster repin` once the cause is understood"
+                        )),
+                        failed: None,
+                    };
+                }
+                // A member that cannot be read now is reported by the poll below; learning is retried next tick.
+                Err(e) => {
+                    tracing::debug!(cluster = %op.cluster, error = %e, "cluster certificate not learned yet")
+                }
+            }
             let polled = self.incus.poll_run(&endpoints, &run).await;
             let facts: BTreeMap<String, MemberFacts> = polled
                 .iter()

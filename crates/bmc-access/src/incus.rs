@@ -18,6 +18,8 @@ use racklift_incus::{
     CertPin, ClientIdentity, Fence, IncusClient, IncusConfig, OperationStatus, ServerTrust,
 };
 use racklift_store::{EndpointTrust, IncusEndpoint, Store, StoreError};
+
+use crate::cluster_certificate::{self, CertificateDecision, CertificateRefusal, MemberCertificate};
 use tokio::sync::OnceCell;
 
 /// How the Incus APIs of servers are reached.
@@ -43,6 +45,8 @@ pub enum ClusterCheckError {
     },
     #[error("the servers do not form one Incus cluster: {detail}")]
     NotOneCluster { detail: String },
+    #[error("no certificate can be trusted for the cluster: {0}")]
+    CertificateRefused(#[from] CertificateRefusal),
     #[error("racklift's client identity")]
     Identity(#[source] StoreError),
     #[error(
@@ -177,9 +181,89 @@ impl IncusAccess {
         }
     }
 
+    /// Learns the cluster's certificate from its members when none is recorded yet (any member not trusted by a
+    /// cluster certificate): each member is read once over a connection that notes the certificate it serves
+    /// without trusting it for any other call, and [`cluster_certificate::decide`] rules. `Some(fingerprint)`
+    /// is the certificate to record and pin; `None` when one is recorded already or the members are not all
+    /// clustered yet (each keeps its registration pin).
+    pub async fn learn_cluster_certificate(
+        &self,
+        endpoints: &[IncusEndpoint],
+    ) -> Result<Option<String>, ClusterCheckError> {
+        if endpoints.is_empty()
+            || endpoints
+                .iter()
+                .all(|e| matches!(e.trust, EndpointTrust::Cluster(_)))
+        {
+            return Ok(None);
+        }
+        let identity = self.identity().await.map_err(ClusterCheckError::Identity)?;
+        let mut members = Vec::with_capacity(endpoints.len());
+        for endpoint in endpoints {
+            let Some(url) = &endpoint.connection_url else {
+                return Err(ClusterCheckError::NotRegistered {
+                    server: endpoint.server.clone(),
+                });
+            };
+            let unreachable = |source| ClusterCheckError::Unreachable {
+                server: endpoint.server.clone(),
+                url: url.clone(),
+                source,
+            };
+            // A client of its own, never cached: what it accepted is not trust for any later call.
+            let mut config = IncusConfig::new(&endpoint.server, url, identity.clone(), ServerTrust::FirstUse);
+            config.allow_plain_http = self.settings.allow_plain_http;
+            config.call_deadline = self.settings.call_timeout;
+            let client = IncusClient::new(config).map_err(unreachable)?;
+            let info = client.server_info().await.map_err(unreachable)?;
+            let Some(served) = client.observed_pin() else {
+                // Plain HTTP (a simulator without TLS) presents no certificate: there is nothing to learn.
+                return Ok(None);
+            };
+            let reported = CertPin::of_pem(info.environment.certificate.as_bytes())
+                .ok()
+                .map(|p| p.to_string());
+            let registered = match &endpoint.trust {
+                EndpointTrust::Server(pin) | EndpointTrust::Cluster(pin) => Some(pin.clone()),
+                EndpointTrust::Repin | EndpointTrust::Unknown => None,
+            };
+            members.push(MemberCertificate {
+                server: endpoint.server.clone(),
+                registered,
+                served: served.to_string(),
+                reported,
+                clustered: info.environment.server_clustered,
+            });
+        }
+        match cluster_certificate::decide(&members)? {
+            CertificateDecision::Cluster(pin) => Ok(Some(pin)),
+            CertificateDecision::KeepRegistration => Ok(None),
+        }
+    }
+
     /// Checks that the servers form one Incus cluster: each is clustered, and every one lists exactly the
-    /// members the others list, those members being these servers.
-    pub async fn check_one_cluster(&self, endpoints: &[IncusEndpoint]) -> Result<(), ClusterCheckError> {
+    /// members the others list, those members being these servers. The members are first asked which
+    /// certificate the cluster serves ([`IncusAccess::learn_cluster_certificate`]); the check then trusts them by
+    /// it, and the learned fingerprint is returned for the cluster's record.
+    pub async fn check_one_cluster(
+        &self,
+        endpoints: &[IncusEndpoint],
+    ) -> Result<Option<String>, ClusterCheckError> {
+        let learned = self.learn_cluster_certificate(endpoints).await?;
+        let pinned: Vec<IncusEndpoint>;
+        let endpoints = match &learned {
+            Some(pin) => {
+                pinned = endpoints
+                    .iter()
+                    .map(|e| IncusEndpoint {
+                        trust: EndpointTrust::Cluster(pin.clone()),
+                        ..e.clone()
+                    })
+                    .collect();
+                &pinned[..]
+            }
+            None => endpoints,
+        };
         let mut names = Vec::with_capacity(endpoints.len());
         let mut views: Vec<(String, Vec<String>)> = Vec::with_capacity(endpoints.len());
         for endpoint in endpoints {
@@ -230,7 +314,7 @@ impl IncusAccess {
                 });
             }
         }
-        Ok(())
+        Ok(learned)
     }
 
     /// Polls every member for a launch: `Err` only when a server is not registered or the identity is missing;

@@ -4,6 +4,7 @@
 //! where a password may come from are in one place for both.
 
 mod cache;
+pub mod cluster_certificate;
 pub mod incus;
 pub mod secrets;
 

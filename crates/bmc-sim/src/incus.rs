@@ -71,10 +71,16 @@ pub async fn handle(fleet: &Arc<Fleet>, bmc: &Arc<Bmc>, req: IncusRequest<'_>) -
     match (req.method, parts.as_slice()) {
         (&Method::GET, ["1.0"]) => {
             let name = member_name(bmc, &bmc.machine());
+            // The certificate the listener serves, PEM: `cluster.crt` once clustered, else `server.crt`.
+            let certificate = fleet
+                .served_identity(bmc.index)
+                .map(|id| id.cert_pem.clone())
+                .unwrap_or_default();
             sync(json!({
                 "api_version": "1.0",
                 "auth": "trusted",
                 "environment": {
+                    "certificate": certificate,
                     "server_name": name,
                     "server_clustered": fleet.cluster_of(bmc.index).is_some(),
                     "os_name": "IncusOS",

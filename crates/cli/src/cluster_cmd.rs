@@ -138,6 +138,18 @@ enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Forget the cluster's recorded certificate so that racklift records the one its members all serve at the
+    /// next read, e.g. after it was replaced on purpose (admin; recorded in each member's event log).
+    Repin {
+        /// The cluster's name.
+        name: String,
+        /// Why the certificate changed, for the event log.
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+        /// Print the API's JSON instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// When the operation may start its members.
@@ -340,7 +352,24 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             let request = Request::control(Action::Resume, reason)?;
             act(&client, &name, request, None, json).await
         }
+        ClusterCommand::Repin { name, reason, json } => repin(&client, &name, &reason, json).await,
     }
+}
+
+/// Asks the API to record the certificate the cluster's members serve at the next read.
+async fn repin(client: &Client, name: &str, reason: &str, as_json: bool) -> anyhow::Result<()> {
+    let path = format!("{}:repin", cluster_path(name));
+    let answer = client
+        .post(&path, &serde_json::json!({ "reason": reason }), |r| r)
+        .await?;
+    if as_json {
+        return print_json(&answer);
+    }
+    println!(
+        "{name}: racklift will record the certificate its members all serve at the next read; \
+         see racklift events for each member"
+    );
+    Ok(())
 }
 
 /// One `POST …/{name}:{action}`.

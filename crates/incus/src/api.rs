@@ -12,7 +12,8 @@ use serde_json::Value;
 use crate::client::{IncusClient, Reply, Req};
 use crate::error::{Error, Result};
 use crate::model::{
-    Application, ApplicationState, Cluster, ClusterMember, Operation, OperationRef, OsInfo, UpdateInfo,
+    Application, ApplicationState, Cluster, ClusterMember, Operation, OperationRef, OsInfo, ServerInfo,
+    UpdateInfo,
 };
 
 /// The deadline of a `wait_operation(timeout)`: the server answers after at most `timeout`, and the exchange
@@ -66,6 +67,12 @@ impl IncusClient {
             })
             .await?;
         Ok((reply, shown))
+    }
+
+    /// `GET /1.0`: the certificate the server says it serves and whether it is clustered.
+    pub async fn server_info(&self) -> Result<ServerInfo> {
+        self.within("server_info", self.call_deadline(), self.get("/1.0", &[], None))
+            .await
     }
 
     /// This server's cluster view: its member name and whether clustering is on.

@@ -28,6 +28,6 @@ pub use error::{BoxError, Error, ErrorClass, Result};
 pub use limiter::ServerLimiter;
 pub use model::{
     ApplicationState, Cluster, ClusterMember, MemberStatus, Operation, OperationRef, OperationStatus,
-    OsEnvironment, OsInfo, UpdateInfo, UpdateState,
+    OsEnvironment, OsInfo, ServerEnvironment, ServerInfo, UpdateInfo, UpdateState,
 };
 pub use tls::{CertPin, ClientIdentity, ServerTrust};

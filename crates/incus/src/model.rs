@@ -17,6 +17,26 @@ pub struct Cluster {
     pub enabled: bool,
 }
 
+/// `GET /1.0`: the Incus server's own description. Only what racklift reads to learn a cluster's certificate.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    #[serde(default)]
+    pub environment: ServerEnvironment,
+}
+
+/// `GET /1.0` → `environment`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerEnvironment {
+    /// The PEM certificate the server serves its API with: the cluster's once it is clustered.
+    #[serde(default)]
+    pub certificate: String,
+    /// Whether the server is a cluster member.
+    #[serde(default)]
+    pub server_clustered: bool,
+    #[serde(default)]
+    pub server_name: String,
+}
+
 /// One member of `GET /1.0/cluster/members`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMember {

@@ -124,6 +124,35 @@ struct PinnedDetail<'a> {
     certificate_sha256: &'a str,
 }
 
+/// The detail of a `cluster_certificate_pinned` event.
+#[derive(serde::Serialize)]
+struct ClusterPinnedDetail<'a> {
+    cluster: &'a str,
+    certificate_sha256: &'a str,
+}
+
+/// The detail of a `cluster_certificate_repin` event.
+#[derive(serde::Serialize)]
+struct ClusterRepinDetail<'a> {
+    cluster: &'a str,
+    #[serde(flatten)]
+    repin: &'a crate::Repin<'a>,
+    previous_certificate_sha256: Option<String>,
+}
+
+/// The names of a cluster's members, in its order.
+async fn member_names(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    cluster: &str,
+) -> Result<Vec<String>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT server FROM cluster_members WHERE cluster = $1 ORDER BY position")
+            .bind(cluster)
+            .fetch_all(&mut **tx)
+            .await?,
+    )
+}
+
 /// How a server's Incus API is trusted (Operations Center's `GetCertificate`: a clustered server by its
 /// cluster's certificate, a standalone one by the certificate it registered with, which Incus also serves):
 /// an operator's pending repin first (the next connection records what the server serves), then the cluster's
@@ -297,6 +326,105 @@ impl Store {
             .await?;
         }
         Ok(done.rows_affected() == 1)
+    }
+
+    /// Records the certificate every member of `cluster` serves as the cluster's, only while none is recorded
+    /// (compare and set: two pollers learning it at once record it once). Each member gets a
+    /// `cluster_certificate_pinned` event. `false` when a certificate was recorded already; `NotFound` for an
+    /// unknown cluster.
+    pub async fn record_cluster_certificate(&self, cluster: &str, sha256: &str) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query(
+            "UPDATE clusters SET certificate_sha256 = $2 WHERE name = $1 AND certificate_sha256 IS NULL",
+        )
+        .bind(cluster)
+        .bind(sha256)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            let exists: Option<(String,)> = sqlx::query_as("SELECT name FROM clusters WHERE name = $1")
+                .bind(cluster)
+                .fetch_optional(&mut *tx)
+                .await?;
+            return match exists {
+                Some(_) => Ok(false),
+                None => Err(cluster_not_found(cluster)),
+            };
+        }
+        let detail = serde_json::to_value(ClusterPinnedDetail {
+            cluster,
+            certificate_sha256: sha256,
+        })
+        .expect("a pin serialises");
+        for server in member_names(&mut tx, cluster).await? {
+            crate::events::insert(
+                &mut *tx,
+                &server,
+                None,
+                "cluster_certificate_pinned",
+                None,
+                &detail,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Clears the certificate recorded for `cluster`, so that the next read of its members records the one they
+    /// then serve (the cluster's certificate was replaced on purpose); audited on each member as a
+    /// `cluster_certificate_repin` event with who, why and the certificate it replaced. `NotFound` for an
+    /// unknown cluster.
+    pub async fn request_cluster_repin(
+        &self,
+        cluster: &str,
+        repin: &crate::Repin<'_>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let previous: Option<(Option<String>,)> =
+            sqlx::query_as("SELECT certificate_sha256 FROM clusters WHERE name = $1 FOR UPDATE")
+                .bind(cluster)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some((previous,)) = previous else {
+            return Err(cluster_not_found(cluster));
+        };
+        let done = sqlx::query("UPDATE clusters SET certificate_sha256 = NULL WHERE name = $1")
+            .bind(cluster)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() != 1 {
+            return Err(cluster_not_found(cluster));
+        }
+        let detail = serde_json::to_value(ClusterRepinDetail {
+            cluster,
+            repin,
+            previous_certificate_sha256: previous,
+        })
+        .expect("a repin serialises");
+        for server in member_names(&mut tx, cluster).await? {
+            crate::events::insert(
+                &mut *tx,
+                &server,
+                None,
+                "cluster_certificate_repin",
+                None,
+                &detail,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The certificate recorded for `cluster`, if any.
+    pub async fn cluster_certificate(&self, cluster: &str) -> Result<Option<String>, StoreError> {
+        let row: Option<(Option<String>,)> =
+            sqlx::query_as("SELECT certificate_sha256 FROM clusters WHERE name = $1")
+                .bind(cluster)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|(c,)| c).ok_or_else(|| cluster_not_found(cluster))
     }
 
     /// Where each member's Incus API is and how to trust it, in the cluster's order.
