@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use chrono::{Duration as TimeDelta, Utc};
 use racklift_store::{
-    Image, ImageFormat, NewBiosProfile, NewImage, NewSeed, NewServer, NewToken, NewUpdate, PUBLIC_ADDRESS, Role,
-    ServerUpdate, Store, StoreError, UpdateFile,
+    Image, ImageFormat, NewBiosProfile, NewImage, NewSeed, NewServer, NewToken, NewUpdate, PUBLIC_ADDRESS,
+    Role, ServerUpdate, Store, StoreError, UpdateFile,
 };
 use serde_json::json;
 
