@@ -299,7 +299,23 @@ impl Harness {
         let listen = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| io("finding a port for the API", e))?;
-        let api_url = format!("http://{listen}");
+        let media_listen = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| io("finding a port for the media", e))?;
+        let api_url = format!("https://{listen}");
+        let cert = racklift_listener::tls::self_signed(
+            &["localhost".to_owned(), "127.0.0.1".to_owned()],
+            "racklift API",
+        )
+        .map_err(|e| {
+            io(
+                "making the API's certificate",
+                std::io::Error::other(e.to_string()),
+            )
+        })?;
+        let tls = (dir.join("api.crt"), dir.join("api.key"));
+        std::fs::write(&tls.0, &cert.certificate_pem).map_err(|e| io("writing the API's certificate", e))?;
+        std::fs::write(&tls.1, &cert.key_pem).map_err(|e| io("writing the API's key", e))?;
         let rack: Vec<demo::RackServer> = servers
             .iter()
             .map(|s| demo::RackServer {
@@ -327,6 +343,8 @@ impl Harness {
             images,
             time_scale: run.time_scale,
             logs: logs.clone(),
+            tls,
+            media_listen,
         })?;
         let workers = Workers::start(
             WorkerSpec {
@@ -340,7 +358,15 @@ impl Harness {
             },
             run.workers,
         )?;
+        let api_certificate =
+            reqwest::Certificate::from_pem(cert.certificate_pem.as_bytes()).map_err(|source| {
+                ChaosError::Http {
+                    what: "the API's certificate".into(),
+                    source,
+                }
+            })?;
         let http = reqwest::Client::builder()
+            .add_root_certificate(api_certificate)
             .timeout(Duration::from_secs(90))
             .build()
             .map_err(|source| ChaosError::Http {

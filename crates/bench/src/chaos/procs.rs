@@ -166,10 +166,15 @@ pub struct ApiSpec {
     pub images: PathBuf,
     pub time_scale: f64,
     pub logs: PathBuf,
+    /// The API's self-signed certificate and key (PEM files): IncusOS registers over TLS only, presenting Incus's
+    /// certificate, which a plain listener could never see.
+    pub tls: (PathBuf, PathBuf),
+    /// The plain media listener (many BMCs cannot fetch virtual media over HTTPS from a self-signed certificate).
+    pub media_listen: std::net::SocketAddr,
 }
 
-/// `racklift api` on a fixed address (the media URLs and the registration address in every seed name it), plain
-/// HTTP as the simulated IncusOS accepts it on loopback.
+/// `racklift api` on a fixed address (the media URLs and the registration address in every seed name it), over
+/// TLS with its own self-signed certificate, which every seed hands to IncusOS; the media on a plain listener.
 pub struct ApiProcess {
     spec: ApiSpec,
     child: Child,
@@ -195,7 +200,13 @@ impl ApiProcess {
             .arg("--sim-time-scale")
             .arg(spec.time_scale.to_string())
             .env("DATABASE_URL", &spec.database_url)
-            .env("RACKLIFT_API__PLAIN_HTTP", "true")
+            .env("RACKLIFT_API__TLS_CERTIFICATE", &spec.tls.0)
+            .env("RACKLIFT_API__TLS_KEY", &spec.tls.1)
+            .env("RACKLIFT_API__MEDIA_LISTEN", spec.media_listen.to_string())
+            .env(
+                "RACKLIFT_API__MEDIA_PUBLIC_ADDRESS",
+                format!("http://{}", spec.media_listen),
+            )
             .env("RACKLIFT_PATHS__SECRETS_DIR", &spec.secrets)
             .env("RACKLIFT_PATHS__IMAGES_DIR", &spec.images);
         Ok(spawn(command, "racklift api")?.0)
