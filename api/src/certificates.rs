@@ -53,10 +53,7 @@ pub async fn repin(
     Path(name): Path<String>,
     Body(req): Body<RepinRequest>,
 ) -> Result<Json<RepinAccepted>, ApiError> {
-    let reason = req.reason.trim();
-    if reason.is_empty() || reason.chars().count() > 1024 {
-        return Err(ApiError::invalid("reason", "must be 1 to 1024 characters"));
-    }
+    let reason = checked_reason(&req)?;
     let repin = Repin {
         by: caller.name(),
         reason,
@@ -65,12 +62,7 @@ pub async fn repin(
         .store
         .request_incus_repin(&name, &repin)
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound { .. } => {
-                ApiError::new(StatusCode::NOT_FOUND, "server_not_found", e.to_string()).field("name")
-            }
-            other => other.into(),
-        })?;
+        .map_err(not_found("server_not_found"))?;
     tracing::info!(server = %name, by = caller.name(), reason, "Incus certificate repin requested");
     Ok(Json(RepinAccepted {
         server: name,
@@ -104,10 +96,7 @@ pub async fn cluster_repin(
     Path(name): Path<String>,
     Body(req): Body<RepinRequest>,
 ) -> Result<Json<ClusterRepinAccepted>, ApiError> {
-    let reason = req.reason.trim();
-    if reason.is_empty() || reason.chars().count() > 1024 {
-        return Err(ApiError::invalid("reason", "must be 1 to 1024 characters"));
-    }
+    let reason = checked_reason(&req)?;
     let repin = Repin {
         by: caller.name(),
         reason,
@@ -116,15 +105,29 @@ pub async fn cluster_repin(
         .store
         .request_cluster_repin(&name, &repin)
         .await
-        .map_err(|e| match e {
-            StoreError::NotFound { .. } => {
-                ApiError::new(StatusCode::NOT_FOUND, "cluster_not_found", e.to_string()).field("name")
-            }
-            other => other.into(),
-        })?;
+        .map_err(not_found("cluster_not_found"))?;
     tracing::info!(cluster = %name, by = caller.name(), reason, "cluster certificate repin requested");
     Ok(Json(ClusterRepinAccepted {
         cluster: name,
         repin_pending: true,
     }))
+}
+
+/// The request's reason, trimmed: 1 to 1024 characters.
+fn checked_reason(req: &RepinRequest) -> Result<&str, ApiError> {
+    let reason = req.reason.trim();
+    if reason.is_empty() || reason.chars().count() > 1024 {
+        return Err(ApiError::invalid("reason", "must be 1 to 1024 characters"));
+    }
+    Ok(reason)
+}
+
+/// A store error as the answer: the named thing missing is a 404 with `code`, field `name`.
+fn not_found(code: &'static str) -> impl Fn(StoreError) -> ApiError {
+    move |e| match e {
+        StoreError::NotFound { .. } => {
+            ApiError::new(StatusCode::NOT_FOUND, code, e.to_string()).field("name")
+        }
+        other => other.into(),
+    }
 }
