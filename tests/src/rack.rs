@@ -276,6 +276,11 @@ impl Rack {
     /// (so a killed or stopped worker's jobs are taken over within seconds), 200 ms polls and `extra` arguments;
     /// cluster runs settle for no time after a restore.
     pub fn worker_process(&self, scale: f64, extra: &[&str]) -> crate::Racklift {
+        self.worker_process_on(&self.db.url, scale, extra)
+    }
+
+    /// As [`Rack::worker_process`], reaching the rack's database at `database_url` (through a proxy, say).
+    pub fn worker_process_on(&self, database_url: &str, scale: f64, extra: &[&str]) -> crate::Racklift {
         let secrets = self.secrets_dir();
         let scale = scale.to_string();
         let mut args = vec![
@@ -292,7 +297,7 @@ impl Rack {
         args.extend_from_slice(extra);
         crate::Racklift::spawn_with(
             &args,
-            &self.db.url,
+            database_url,
             &[
                 ("RACKLIFT_PATHS__SECRETS_DIR", secrets.as_os_str()),
                 ("RACKLIFT_DEPLOY__ROLLING__POST_RESTORE_DELAY_SECS", "0".as_ref()),

@@ -1,11 +1,13 @@
 //! A rolling reboot survives what takes its driver away: `kill -9` of the `racklift worker` process holding the
 //! cluster's job, twice, while other workers run; and PostgreSQL restarting under the API and the workers, twice.
-//! The run must finish, every member rebooted exactly once, never two members out at once, and no Incus mutation
-//! stale or unfenced (the simulator's cluster audit).
+//! And the worker holding the run cut off from PostgreSQL (no FIN, no RST) right after it asked a member to
+//! reboot, before it could record what it saw. The run must finish, every member rebooted exactly once, never two
+//! members out at once, and no Incus mutation stale or unfenced (the simulator's cluster audit).
 
 use std::time::Duration;
 
 use racklift_bmc_sim::{Personality, PersonalityChoice};
+use racklift_netfault::FreezableProxy;
 use racklift_pgembed::EmbeddedPostgres;
 use racklift_tests::Racklift;
 use racklift_tests::cluster::{CLUSTER, form_cluster, start_reboot};
@@ -155,4 +157,51 @@ async fn restarting_postgresql_mid_run_loses_nothing() {
     pg.stop().expect("stop the test's PostgreSQL");
     let _ = std::fs::remove_dir_all(pg.root());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Reboot calls the simulated members have received, all members together.
+fn reboots_received(rack: &Rack) -> u64 {
+    rack.sim
+        .cluster_audit(CLUSTER)
+        .map_or(0, |audit| audit.members.values().map(|m| m.reboots).sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cutting_off_the_worker_that_sent_a_reboot_loses_nothing() {
+    // Only a later holder's own reads can tell it the member rebooted: the cut-off worker saw the reboot start (or
+    // not) and could write none of it. The member is back up before that holder polls it, at the same version,
+    // so only the boot time it reports says the reboot happened.
+    let rack = Rack::start_with(
+        MEMBERS,
+        PersonalityChoice::Single(Personality::Generic),
+        SCALE,
+        false,
+    )
+    .await;
+    let db = reqwest::Url::parse(&rack.db.url).expect("the database URL");
+    let upstream = std::net::SocketAddr::new(
+        db.host_str()
+            .and_then(|h| h.parse().ok())
+            .expect("a loopback address"),
+        db.port().expect("a port"),
+    );
+    let proxy = FreezableProxy::start(upstream).await.expect("the proxy");
+    let through_proxy = proxy
+        .url_for(&rack.db.url, upstream)
+        .expect("the URL names the database's port");
+    let mut cut_off = rack.worker_process_on(&through_proxy, SCALE, &[]);
+    let names = start_rolling_reboot(&rack).await;
+
+    let before = reboots_received(&rack);
+    racklift_testdb::wait_for(Duration::from_secs(120), "the first reboot call", || async {
+        reboots_received(&rack) > before
+    })
+    .await;
+    proxy.freeze();
+    let _takeover = worker(&rack);
+
+    assert_completed_once_each(&rack, &names).await;
+    cut_off.signal("KILL");
+    let _ = cut_off.child.wait().await;
+    rack.stop().await;
 }

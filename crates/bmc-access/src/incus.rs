@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use racklift_deploy::rolling::RollingStep;
-use racklift_deploy::rolling_run::{MemberFacts, MemberStatus, Phase, RollingRun};
+use racklift_deploy::rolling_run::{BootTime, MemberFacts, MemberStatus, Phase, RollingRun};
 use racklift_incus::{
     CertPin, ClientIdentity, Fence, IncusClient, IncusConfig, OperationStatus, ServerTrust,
 };
@@ -565,7 +565,13 @@ async fn read_member(
     facts.member_name = Some(cluster.server_name.clone());
     let member = client.member(&cluster.server_name).await?;
     facts.status = Some(MemberStatus::parse(member.status.as_str()));
+    let sent = chrono::Utc::now();
     let os = client.os().await?;
+    let received = chrono::Utc::now();
+    facts.booted = os
+        .environment
+        .uptime
+        .and_then(|up| BootTime::from_uptime(up, sent, received));
     facts.running_version = Some(os.environment.os_version.clone());
     facts.staged_version = Some(
         os.staged_version()

@@ -107,10 +107,9 @@ pub async fn handle(fleet: &Arc<Fleet>, bmc: &Arc<Bmc>, req: IncusRequest<'_>) -
         }
         (&Method::GET, ["os", "1.0"]) => {
             let m = bmc.machine();
-            // Seconds since the machine booted, on the simulated clock (`api_root.go:115-181`).
-            let uptime = m
-                .last_reset_time
-                .map_or(0, |booted| (bmc.shared.clock.now() - booted).num_seconds().max(0));
+            // Whole seconds since the machine was reset, the fraction cut off as `/proc/uptime`'s is
+            // (`api_root.go:124-138`), counted on the wall clock (see `Machine::reset_instant`).
+            let uptime = m.reset_instant.map_or(0, |reset| reset.elapsed().as_secs());
             sync(json!({"environment": {
                 "hostname": m.os.hostname.clone().unwrap_or_default(),
                 "machine_id": m.os.machine_id.clone().unwrap_or_default(),

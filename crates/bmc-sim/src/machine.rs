@@ -407,6 +407,10 @@ pub struct Machine {
     /// Incremented by every power change / reset; timed tasks of an older boot stop.
     pub boot_gen: u64,
     pub last_reset_time: Option<DateTime<Utc>>,
+    /// When the last reset happened on the wall clock: what the OS's uptime counts from. The time scale
+    /// compresses what the machine does, not how time passes for a client reading its uptime (a real kernel's
+    /// `/proc/uptime` advances with every other real clock).
+    pub reset_instant: Option<std::time::Instant>,
     pub boot_state: &'static str,
     pub boot_state_time: Option<DateTime<Utc>>,
     pub last_boot_seconds: Option<f64>,
@@ -481,6 +485,7 @@ impl Machine {
             power: Power::Off,
             boot_gen: 0,
             last_reset_time: None,
+            reset_instant: None,
             boot_state: "None",
             boot_state_time: None,
             last_boot_seconds: None,
@@ -539,6 +544,7 @@ impl Machine {
     /// Returns the BIOS apply task to complete, if any.
     pub fn on_reset(&mut self, now: DateTime<Utc>, drop_bios_apply: bool) -> Option<u64> {
         self.last_reset_time = Some(now);
+        self.reset_instant = Some(std::time::Instant::now());
         self.boot_started = Some(now);
         self.counters.boot_count += 1;
         self.phase = OsPhase::Down;

@@ -97,6 +97,9 @@ pub struct MemberFacts {
     pub reachable: bool,
     pub status: Option<MemberStatus>,
     pub running_version: Option<String>,
+    /// When the server booted, from the uptime its OS reported. Whoever polls, a reboot shows as this moving
+    /// later ([`RunServer::booted_before_reboot`]).
+    pub booted: Option<BootTime>,
     /// The staged version (`os_version_next`), equal to the running one when nothing is staged.
     pub staged_version: Option<String>,
     /// The newest version racklift's update catalog offers on the server's channel.
@@ -118,6 +121,36 @@ pub struct MemberFacts {
     /// turns a fast failure into an immediate, counted re-trigger instead of waiting the step's time out.
     pub operation_error: Option<String>,
 }
+
+/// When a server booted, as a window on the reader's clock: its uptime is whole seconds and was read at some
+/// moment between sending the request and receiving the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootTime {
+    /// The request's sending, less the uptime and the second its fraction may have held.
+    pub earliest: Time,
+    /// The answer's arrival, less the uptime.
+    pub latest: Time,
+}
+
+impl BootTime {
+    /// The boot `uptime_secs` before a read sent at `sent` and answered at `received`.
+    pub fn from_uptime(uptime_secs: u64, sent: Time, received: Time) -> Option<BootTime> {
+        let up = chrono::TimeDelta::try_seconds(i64::try_from(uptime_secs).ok()?)?;
+        Some(BootTime {
+            earliest: sent.checked_sub_signed(up + chrono::TimeDelta::seconds(1))?,
+            latest: received.checked_sub_signed(up)?,
+        })
+    }
+
+    /// This boot came after `before`: it cannot have happened earlier than that one could have, by more than
+    /// the clocks of two workers may differ.
+    pub fn is_after(&self, before: &BootTime) -> bool {
+        self.earliest > before.latest + crate::config::secs(BOOT_CLOCK_SLACK_SECS)
+    }
+}
+
+/// How far the clocks of two workers reading the same server may disagree.
+pub const BOOT_CLOCK_SLACK_SECS: u64 = 1;
 
 impl MemberFacts {
     /// What a status-only read yields: the member's name, whether it answered, its status and why not.
@@ -197,6 +230,10 @@ pub struct RunServer {
     pub reboot_unconfirmed: bool,
     /// The running version when the reboot was triggered.
     pub version_before_reboot: Option<String>,
+    /// When the server had booted, as read by the poll that triggered its reboot: the reboot's identity. A later
+    /// boot time means the reboot happened, whichever worker sent the call and whatever its polls saw meanwhile
+    /// (a reboot over between two polls, a worker stopped before it recorded what it watched).
+    pub booted_before_reboot: Option<BootTime>,
     /// The run is finished with this server.
     pub done: bool,
     /// The update phase found nothing to stage on it (or the restriction skips it).

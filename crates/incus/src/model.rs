@@ -250,6 +250,30 @@ pub struct OsEnvironment {
     /// The version the next boot runs; equal to `os_version` when nothing is staged.
     #[serde(default)]
     pub os_version_next: String,
+    /// Whole seconds since the server booted (`/proc/uptime`'s integer part). IncusOS sends an integer; its API
+    /// documentation shows a string, also read. Absent from servers older than the field.
+    #[serde(
+        default,
+        deserialize_with = "uptime_seconds",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub uptime: Option<u64>,
+}
+
+/// `uptime` as a JSON integer or a string of digits; anything else is taken as not reported.
+fn uptime_seconds<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Uptime {
+        Number(u64),
+        Text(String),
+        Other(serde::de::IgnoredAny),
+    }
+    Ok(match Option::<Uptime>::deserialize(deserializer)? {
+        Some(Uptime::Number(n)) => Some(n),
+        Some(Uptime::Text(t)) => t.trim().parse().ok(),
+        Some(Uptime::Other(_)) | None => None,
+    })
 }
 
 impl OsInfo {
@@ -364,5 +388,30 @@ mod tests {
             Some("5e3a".into())
         );
         assert_eq!(OperationRef::from_url(""), None);
+    }
+
+    /// `GET /os/1.0` as IncusOS renders it (`incus-osd/internal/rest/api_root.go:162-174`: every key of its
+    /// `environment` map, `uptime` an `int64`), and as its API documentation's example shows it (a string).
+    #[test]
+    fn the_os_root_reads_uptime_as_incusos_sends_it() {
+        let upstream = r#"{"environment":{"hostname":"af94e64e-1993-41b6-8f10-a8eebb828fce",
+            "machine_id":"af94e64e199341b68f10a8eebb828fce","os_name":"IncusOS","os_version":"202511041601",
+            "os_version_next":"202511152230","system_is_ready":true,"uptime":3237039,
+            "os_version_alternate":"202511162345"}}"#;
+        let os: OsInfo = serde_json::from_str(upstream).expect("os");
+        assert_eq!(os.environment.uptime, Some(3_237_039));
+        assert_eq!(os.staged_version(), Some("202511152230"));
+        let cases = [
+            (r#""uptime":"3237039""#, Some(3_237_039)),
+            (r#""uptime":0"#, Some(0)),
+            (r#""uptime":null"#, None),
+            (r#""uptime":-1"#, None),
+            (r#""uptime":"soon""#, None),
+            (r#""os_name":"IncusOS""#, None),
+        ];
+        for (field, uptime) in cases {
+            let os: OsInfo = serde_json::from_str(&format!(r#"{{"environment":{{{field}}}}}"#)).expect(field);
+            assert_eq!(os.environment.uptime, uptime, "{field}");
+        }
     }
 }

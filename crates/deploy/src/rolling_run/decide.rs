@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{MemberFacts, MemberStatus, Phase, RollingRun, RunDecision, RunServer, RunSettings};
+use super::{BootTime, MemberFacts, MemberStatus, Phase, RollingRun, RunDecision, RunServer, RunSettings};
 use crate::Time;
 use crate::config::secs;
 use crate::rolling::{
@@ -18,7 +18,7 @@ pub fn observe(s: &mut RunServer, f: &MemberFacts) -> RollingState {
     let rebooting = s.update.step == Some(RollingStep::Reboot) && s.update.step_triggered_at.is_some();
     if rebooting && !s.went_down {
         let version_moved = f.running_version.is_some() && f.running_version != s.version_before_reboot;
-        if !f.reachable || version_moved {
+        if !f.reachable || version_moved || booted_again(s.booted_before_reboot, f.booted) {
             s.went_down = true;
             s.reboot_unconfirmed = false;
         }
@@ -56,6 +56,11 @@ pub fn observe(s: &mut RunServer, f: &MemberFacts) -> RollingState {
         Some(MemberStatus::Online) => RS::UpToDate,
         Some(MemberStatus::Offline | MemberStatus::Other(_)) | None => RS::Undefined,
     }
+}
+
+/// Whether a server booted again after the boot recorded before its reboot.
+fn booted_again(before: Option<BootTime>, now: Option<BootTime>) -> bool {
+    matches!((before, now), (Some(before), Some(now)) if now.is_after(&before))
 }
 
 /// Decides the run's next move from the facts of every member (by server name), at `now`. Returns the run to
@@ -275,6 +280,7 @@ fn decide_restart(
                     s.went_down = false;
                     s.reboot_unconfirmed = true;
                     s.version_before_reboot = f.running_version.clone();
+                    s.booted_before_reboot = f.booted;
                 }
                 return RunDecision::Trigger {
                     server: s.name.clone(),

@@ -158,3 +158,114 @@ fn post_restore_delay_of_the_cluster_overrides_the_configs() {
         assert_eq!(trace.now, secs_of(since) + gap, "{cluster_delay:?}/{cfg_delay}");
     }
 }
+
+/// A boot `secs` after `t(0)`, as a poll at `t(read)` computes it from the uptime the server reports.
+fn booted(secs: i64, read: i64) -> BootTime {
+    let uptime = u64::try_from(read - secs).expect("read after the boot");
+    BootTime::from_uptime(uptime, t(read), t(read)).expect("a boot time")
+}
+
+#[test]
+fn a_reboot_over_between_two_polls_is_known_by_its_boot_time_whoever_polls() {
+    // s2 is rebooted, and comes back before any poll sees it down, with the same version (a rolling reboot).
+    // Its worker recorded the call's answer and nothing more (it lost its lease before its watch saw anything).
+    // The boot time its OS reports is all a later holder has: moved, the reboot happened; unchanged or not
+    // reported, it did not (or cannot be told), and the run ends at the reboot timeout, rebooting nothing twice.
+    let cfg = cfg();
+    // (label, boot time reported, the reboot moves it, completes)
+    let rows = [
+        ("reported and moved", true, true, true),
+        ("reported and unchanged", true, false, false),
+        ("not reported", false, true, false),
+    ];
+    for (label, reported, moves, completes) in rows {
+        let mut list = three_online();
+        if reported {
+            for (_, f) in &mut list {
+                f.booted = Some(booted(-3600, 0));
+            }
+        }
+        let run = launch(RunKind::Reboot, &list);
+        let cluster = Cluster::new(&RunKind::Reboot, &list).misbehaving("s2", St::Reboot, Misbehave::Ignored);
+        let mut rebooted = false;
+        let trace = drive_with(run, cluster, 0, &cfg, &settings(None), |_, run, cluster| {
+            let s = run.servers.iter().find(|s| s.name == "s2").unwrap();
+            let Some(at) = s
+                .update
+                .step_triggered_at
+                .filter(|_| s.update.step == Some(St::Reboot))
+            else {
+                return;
+            };
+            if !rebooted && moves && reported {
+                let at = secs_of(at);
+                cluster.members.get_mut("s2").unwrap().booted = Some(booted(at + 30, at + 40));
+            }
+            rebooted = true;
+        });
+        assert!(rebooted, "{label}: s2's reboot was triggered");
+        assert_eq!(
+            trace.trigger_times("s2", St::Reboot).len(),
+            1,
+            "{label}: rebooted once"
+        );
+        if completes {
+            assert_eq!(trace.end, RunDecision::Completed, "{label}");
+            assert_eq!(trace.run.progress(), (3, 3), "{label}");
+        } else {
+            let RunDecision::Fail { server, step, .. } = &trace.end else {
+                panic!("{label}: {:?}", trace.end);
+            };
+            assert_eq!((server.as_str(), *step), ("s2", Some(St::Reboot)), "{label}");
+        }
+    }
+}
+
+#[test]
+fn boot_times_tell_a_new_boot_from_the_same_one_read_again() {
+    // (label, first read: uptime, sent, received; second read: uptime, sent, received; a new boot)
+    let rows = [
+        (
+            "the same boot, read a minute later",
+            (100, 0, 0),
+            (160, 60, 60),
+            false,
+        ),
+        (
+            "the same boot, the first answer slow",
+            (100, 0, 5),
+            (165, 65, 65),
+            false,
+        ),
+        (
+            "the same boot, the fraction carried",
+            (100, 0, 0),
+            (161, 60, 60),
+            false,
+        ),
+        (
+            "the same boot, the second answer slow",
+            (100, 0, 0),
+            (160, 60, 70),
+            false,
+        ),
+        ("a reboot 60 s later", (100, 0, 0), (5, 65, 65), true),
+        (
+            "a boot 2 s later: inside the slack",
+            (100, 0, 0),
+            (100, 2, 2),
+            false,
+        ),
+        ("a boot 3 s later: past the slack", (100, 0, 0), (100, 3, 3), true),
+    ];
+    for (label, (u1, s1, r1), (u2, s2, r2), new_boot) in rows {
+        let first = BootTime::from_uptime(u1, t(s1), t(r1)).unwrap();
+        let second = BootTime::from_uptime(u2, t(s2), t(r2)).unwrap();
+        assert_eq!(
+            second.is_after(&first),
+            new_boot,
+            "{label}: {first:?} then {second:?}"
+        );
+    }
+    assert_eq!(BootTime::from_uptime(u64::MAX, t(0), t(0)), None);
+}
