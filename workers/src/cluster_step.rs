@@ -31,6 +31,8 @@ pub struct ClusterStepHandler {
     pub store: Store,
     pub config: Arc<Config>,
     pub incus: Arc<IncusAccess>,
+    /// The members' BMCs, read for what they report of a rebooting member's boots.
+    pub clients: racklift_bmc_access::ClientCache,
 }
 
 /// Transitions one lease makes before it goes back through the queue, so a run that keeps moving cannot hold
@@ -155,10 +157,11 @@ impl ClusterStepHandler {
                 }
             }
             let polled = self.incus.poll_run(&endpoints, &run).await;
-            let facts: BTreeMap<String, MemberFacts> = polled
+            let mut facts: BTreeMap<String, MemberFacts> = polled
                 .iter()
                 .map(|p| (p.server.clone(), p.facts.clone()))
                 .collect();
+            self.read_bmc_boot(&run, &mut facts, job.fence).await;
             let now = Utc::now();
             let (next, decision) = decide_run(&run, &facts, now, cfg, &settings);
             match decision {
@@ -297,6 +300,41 @@ impl ClusterStepHandler {
         };
         self.end(ctx, job, &op, end).await?;
         Ok(Outcome::Finished)
+    }
+
+    /// Reads the BMC of the member whose reboot is owed or under way: its reset time and boot progress are the
+    /// reboot's identity from the hardware's side. A BMC that cannot be read leaves the other signals to decide.
+    async fn read_bmc_boot(&self, run: &RollingRun, facts: &mut BTreeMap<String, MemberFacts>, fence: i64) {
+        let Some(current) = run.current() else {
+            return;
+        };
+        let rebooting = current.update.step == Some(RollingStep::Reboot) && !current.went_down;
+        if !(current.update.reboot_pending || rebooting) || run.canceling {
+            return;
+        }
+        let Some(f) = facts.get_mut(&current.name) else {
+            return;
+        };
+        let deadline = Duration::from_secs(self.config.step_call_timeout_secs);
+        let read = async {
+            let server = self
+                .store
+                .server(&current.name)
+                .await
+                .map_err(|e| e.to_string())?;
+            let client = self
+                .clients
+                .client_for(&server, deadline)
+                .await
+                .map_err(|e| e.to_string())?
+                .with_fence(racklift_redfish::Fence(fence));
+            client.read_system().await.map_err(|e| e.to_string())
+        };
+        match read.await {
+            Ok(system) => f.bmc_boot = Some(crate::deploy_bmc::boot_of(&system)),
+            Err(error) => tracing::debug!(server = %current.name, error = %error,
+                "the BMC of a rebooting member could not be read"),
+        }
     }
 
     /// Writes the run (fenced on `seq`) and returns the operation as it now stands.

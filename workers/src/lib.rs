@@ -23,6 +23,7 @@ pub fn full_registry(step: DeployStep) -> Registry {
         call_deadline: std::time::Duration::from_secs(step.config.step_call_timeout_secs),
     };
     let clusters = cluster_step::ClusterStepHandler {
+        clients: step.clients.clone(),
         store: step.store.clone(),
         config: step.config.clone(),
         incus: std::sync::Arc::new(racklift_bmc_access::incus::IncusAccess::new(

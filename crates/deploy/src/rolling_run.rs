@@ -17,10 +17,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::Time;
 use crate::config::secs;
+use crate::reboot::RebootWatch;
 
+mod boot;
 mod decide;
 pub mod explain;
 
+pub use boot::{BOOT_CLOCK_SLACK_SECS, BmcBoot, BootTime};
 pub use decide::{decide_run, end_text, observe, step_name};
 
 use crate::rolling::{RollingConfig, RollingState, RollingStep, ServerUpdate};
@@ -100,6 +103,8 @@ pub struct MemberFacts {
     /// When the server booted, from the uptime its OS reported. Whoever polls, a reboot shows as this moving
     /// later ([`RunServer::booted_before_reboot`]).
     pub booted: Option<BootTime>,
+    /// What its BMC reports of its boots, read while its reboot is owed or under way.
+    pub bmc_boot: Option<BmcBoot>,
     /// The staged version (`os_version_next`), equal to the running one when nothing is staged.
     pub staged_version: Option<String>,
     /// The newest version racklift's update catalog offers on the server's channel.
@@ -121,36 +126,6 @@ pub struct MemberFacts {
     /// turns a fast failure into an immediate, counted re-trigger instead of waiting the step's time out.
     pub operation_error: Option<String>,
 }
-
-/// When a server booted, as a window on the reader's clock: its uptime is whole seconds and was read at some
-/// moment between sending the request and receiving the answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BootTime {
-    /// The request's sending, less the uptime and the second its fraction may have held.
-    pub earliest: Time,
-    /// The answer's arrival, less the uptime.
-    pub latest: Time,
-}
-
-impl BootTime {
-    /// The boot `uptime_secs` before a read sent at `sent` and answered at `received`.
-    pub fn from_uptime(uptime_secs: u64, sent: Time, received: Time) -> Option<BootTime> {
-        let up = chrono::TimeDelta::try_seconds(i64::try_from(uptime_secs).ok()?)?;
-        Some(BootTime {
-            earliest: sent.checked_sub_signed(up + chrono::TimeDelta::seconds(1))?,
-            latest: received.checked_sub_signed(up)?,
-        })
-    }
-
-    /// This boot came after `before`: it cannot have happened earlier than that one could have, by more than
-    /// the clocks of two workers may differ.
-    pub fn is_after(&self, before: &BootTime) -> bool {
-        self.earliest > before.latest + crate::config::secs(BOOT_CLOCK_SLACK_SECS)
-    }
-}
-
-/// How far the clocks of two workers reading the same server may disagree.
-pub const BOOT_CLOCK_SLACK_SECS: u64 = 1;
 
 impl MemberFacts {
     /// What a status-only read yields: the member's name, whether it answered, its status and why not.
@@ -234,6 +209,9 @@ pub struct RunServer {
     /// boot time means the reboot happened, whichever worker sent the call and whatever its polls saw meanwhile
     /// (a reboot over between two polls, a worker stopped before it recorded what it watched).
     pub booted_before_reboot: Option<BootTime>,
+    /// The BMC's reset time and boot progress when the reboot was triggered, where it reports them: the same
+    /// identity from the hardware's side, for a server whose OS reports no uptime.
+    pub bmc_before_reboot: Option<RebootWatch>,
     /// The run is finished with this server.
     pub done: bool,
     /// The update phase found nothing to stage on it (or the restriction skips it).

@@ -132,13 +132,10 @@ pub async fn observe(client: &BmcClient, slot: Option<&SlotRef>, want: &Want) ->
     match client.read_system().await {
         Ok(system) => {
             out.facts.power = system.power_state.as_ref().and_then(|p| same_name(p.as_str()));
-            out.facts.last_reset_time = system.last_reset_time;
-            out.facts.boot_progress = system
-                .boot_progress
-                .as_ref()
-                .and_then(|p| p.last_state.as_ref())
-                .and_then(|s| same_name(s.as_str()));
-            out.facts.boot_progress_at = system.boot_progress.as_ref().and_then(|p| p.last_state_time);
+            let boot = boot_of(&system);
+            out.facts.last_reset_time = boot.last_reset_time;
+            out.facts.boot_progress = boot.boot_progress;
+            out.facts.boot_progress_at = boot.boot_progress_at;
         }
         Err(e) => note("read system", &e, &mut out.errors),
     }
@@ -533,6 +530,19 @@ fn redact_userinfo(text: &str) -> String {
 
 /// The deployment's copy of a Redfish enum, matched by wire name. A value this crate does not
 /// know (a newer schema's) stays unknown: it cannot be ordered, so it must not count as progress.
+/// What a ComputerSystem reports of the host's boots: its reset time and boot progress, where it has them.
+pub fn boot_of(system: &racklift_redfish::SystemInfo) -> racklift_deploy::rolling_run::BmcBoot {
+    racklift_deploy::rolling_run::BmcBoot {
+        last_reset_time: system.last_reset_time,
+        boot_progress: system
+            .boot_progress
+            .as_ref()
+            .and_then(|p| p.last_state.as_ref())
+            .and_then(|s| same_name(s.as_str())),
+        boot_progress_at: system.boot_progress.as_ref().and_then(|p| p.last_state_time),
+    }
+}
+
 fn same_name<T: DeserializeOwned>(name: &str) -> Option<T> {
     serde_json::from_value(Value::String(name.to_owned())).ok()
 }

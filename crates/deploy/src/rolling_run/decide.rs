@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{BootTime, MemberFacts, MemberStatus, Phase, RollingRun, RunDecision, RunServer, RunSettings};
+use super::boot::{booted_again, record_before_reboot};
+use super::{MemberFacts, MemberStatus, Phase, RollingRun, RunDecision, RunServer, RunSettings};
 use crate::Time;
 use crate::config::secs;
 use crate::rolling::{
@@ -18,7 +19,7 @@ pub fn observe(s: &mut RunServer, f: &MemberFacts) -> RollingState {
     let rebooting = s.update.step == Some(RollingStep::Reboot) && s.update.step_triggered_at.is_some();
     if rebooting && !s.went_down {
         let version_moved = f.running_version.is_some() && f.running_version != s.version_before_reboot;
-        if !f.reachable || version_moved || booted_again(s.booted_before_reboot, f.booted) {
+        if !f.reachable || version_moved || booted_again(s, f) {
             s.went_down = true;
             s.reboot_unconfirmed = false;
         }
@@ -56,11 +57,6 @@ pub fn observe(s: &mut RunServer, f: &MemberFacts) -> RollingState {
         Some(MemberStatus::Online) => RS::UpToDate,
         Some(MemberStatus::Offline | MemberStatus::Other(_)) | None => RS::Undefined,
     }
-}
-
-/// Whether a server booted again after the boot recorded before its reboot.
-fn booted_again(before: Option<BootTime>, now: Option<BootTime>) -> bool {
-    matches!((before, now), (Some(before), Some(now)) if now.is_after(&before))
 }
 
 /// Decides the run's next move from the facts of every member (by server name), at `now`. Returns the run to
@@ -280,7 +276,7 @@ fn decide_restart(
                     s.went_down = false;
                     s.reboot_unconfirmed = true;
                     s.version_before_reboot = f.running_version.clone();
-                    s.booted_before_reboot = f.booted;
+                    record_before_reboot(s, &f, now);
                 }
                 return RunDecision::Trigger {
                     server: s.name.clone(),

@@ -12,8 +12,8 @@ use common::t;
 use racklift_deploy::Time;
 use racklift_deploy::rolling::{RollingConfig, RollingState as RS, RollingStep as St, ServerUpdate};
 use racklift_deploy::rolling_run::{
-    BootTime, LaunchRefused, MemberFacts, MemberStatus as MS, Phase, RollingRun, RunDecision, RunKind,
-    RunServer, RunSettings, SkipRefused, decide_run,
+    BmcBoot, BootTime, LaunchRefused, MemberFacts, MemberStatus as MS, Phase, RollingRun, RunDecision,
+    RunKind, RunServer, RunSettings, SkipRefused, decide_run,
 };
 
 mod fixtures;

@@ -166,24 +166,29 @@ fn booted(secs: i64, read: i64) -> BootTime {
 }
 
 #[test]
-fn a_reboot_over_between_two_polls_is_known_by_its_boot_time_whoever_polls() {
+fn a_reboot_over_between_two_polls_is_known_by_its_boot_identity_whoever_polls() {
     // s2 is rebooted, and comes back before any poll sees it down, with the same version (a rolling reboot).
     // Its worker recorded the call's answer and nothing more (it lost its lease before its watch saw anything).
-    // The boot time its OS reports is all a later holder has: moved, the reboot happened; unchanged or not
-    // reported, it did not (or cannot be told), and the run ends at the reboot timeout, rebooting nothing twice.
+    // What the server reports of its boot is all a later holder has: the boot time its OS's uptime gives, and its
+    // BMC's reset time. Either moved, the reboot happened; unchanged or not reported, it did not (or cannot be
+    // told), and the run ends at the reboot timeout, rebooting nothing twice.
     let cfg = cfg();
-    // (label, boot time reported, the reboot moves it, completes)
+    // (label, uptime reported, BMC reset time reported, the reboot moves them, completes)
     let rows = [
-        ("reported and moved", true, true, true),
-        ("reported and unchanged", true, false, false),
-        ("not reported", false, true, false),
+        ("uptime moved", true, false, true, true),
+        ("BMC reset time moved", false, true, true, true),
+        ("both moved", true, true, true, true),
+        ("both reported, unchanged", true, true, false, false),
+        ("neither reported", false, false, true, false),
     ];
-    for (label, reported, moves, completes) in rows {
+    for (label, uptime, bmc, moves, completes) in rows {
         let mut list = three_online();
-        if reported {
-            for (_, f) in &mut list {
-                f.booted = Some(booted(-3600, 0));
-            }
+        for (_, f) in &mut list {
+            f.booted = uptime.then(|| booted(-3600, 0));
+            f.bmc_boot = bmc.then(|| BmcBoot {
+                last_reset_time: Some(t(-3600)),
+                ..BmcBoot::default()
+            });
         }
         let run = launch(RunKind::Reboot, &list);
         let cluster = Cluster::new(&RunKind::Reboot, &list).misbehaving("s2", St::Reboot, Misbehave::Ignored);
@@ -197,9 +202,18 @@ fn a_reboot_over_between_two_polls_is_known_by_its_boot_time_whoever_polls() {
             else {
                 return;
             };
-            if !rebooted && moves && reported {
+            if !rebooted && moves {
                 let at = secs_of(at);
-                cluster.members.get_mut("s2").unwrap().booted = Some(booted(at + 30, at + 40));
+                let m = cluster.members.get_mut("s2").unwrap();
+                if uptime {
+                    m.booted = Some(booted(at + 30, at + 40));
+                }
+                if bmc {
+                    m.bmc_boot = Some(BmcBoot {
+                        last_reset_time: Some(t(at + 1)),
+                        ..BmcBoot::default()
+                    });
+                }
             }
             rebooted = true;
         });
