@@ -6,6 +6,7 @@
 
 mod auth;
 mod bmc_actions;
+mod body_deadline;
 mod catalog;
 mod certificates;
 mod clusters;
@@ -43,7 +44,7 @@ use axum::Router;
 use axum::http::StatusCode;
 use tokio_util::sync::CancellationToken;
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
+use tower_http::timeout::TimeoutLayer;
 
 pub use error::{ApiError, ServeError};
 /// The media server's Range handling as a pure function, for the fuzz targets; not part of the API.
@@ -187,7 +188,10 @@ pub fn router(state: AppState) -> Router {
         .merge(timed)
         .merge(streams)
         .fallback(error::not_found)
-        .layer(RequestBodyTimeoutLayer::new(state.config.body_timeout))
+        .layer(axum::middleware::from_fn_with_state(
+            state.config.body_timeout,
+            body_deadline::limit_pauses,
+        ))
         .layer(axum::middleware::from_fn(error::reject_nul))
         // The limit sits inside the error rewriter so its plain-text 413 gets the error shape too.
         .layer(RequestBodyLimitLayer::new(limit))
@@ -202,7 +206,10 @@ pub fn router(state: AppState) -> Router {
 pub fn media_router(state: AppState) -> Router {
     routes::media_only()
         .fallback(error::not_found)
-        .layer(RequestBodyTimeoutLayer::new(state.config.body_timeout))
+        .layer(axum::middleware::from_fn_with_state(
+            state.config.body_timeout,
+            body_deadline::limit_pauses,
+        ))
         .layer(axum::middleware::from_fn(error::reject_nul))
         .layer(RequestBodyLimitLayer::new(state.config.body_limit_bytes))
         .layer(axum::middleware::map_response(error::json_errors))

@@ -20,6 +20,7 @@ async fn api() -> Api {
         c.listener = racklift_listener::Limits {
             header_read_timeout: TIMEOUT,
             max_connections: 32,
+            ..racklift_listener::Limits::default()
         };
         c.body_timeout = TIMEOUT;
     })
@@ -66,6 +67,42 @@ async fn a_body_that_never_comes_is_cut_off_and_stores_nothing() {
         "a stalled body gets a 4xx or a closed connection: {answer}"
     );
     let (s, _) = api.call(Method::GET, "/1.0/servers/stalled", ADMIN, None).await;
+    assert_eq!(s, 404, "nothing was stored");
+}
+
+/// A body that pauses mid-way is answered `408` in the error shape once the pause passes the body timeout: not cut
+/// off silently, and not at the header timeout, shorter here. The connection is closed after the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_pauses_is_answered_408_at_the_body_timeout() {
+    let body_timeout = TIMEOUT * 3;
+    let api = Api::start_with(|c| {
+        c.listener = racklift_listener::Limits {
+            header_read_timeout: TIMEOUT,
+            max_connections: 32,
+            ..racklift_listener::Limits::default()
+        };
+        c.body_timeout = body_timeout;
+    })
+    .await;
+    let mut stream = TcpStream::connect(addr(&api)).await.unwrap();
+    let head = format!(
+        "POST /1.0/servers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\n\r\n{{\"name\": \"paused\""
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let answer = until_closed(stream).await;
+    let waited = started.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        waited >= body_timeout - TIMEOUT / 5,
+        "answered after {waited:?}, before the body timeout"
+    );
+    let body: serde_json::Value =
+        serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap_or_default()).expect("a JSON error");
+    assert_eq!(body["error"]["code"], "request_timeout", "{body}");
+    assert_eq!(body["error"]["field"], "body", "{body}");
+    let (s, _) = api.call(Method::GET, "/1.0/servers/paused", ADMIN, None).await;
     assert_eq!(s, 404, "nothing was stored");
 }
 

@@ -139,6 +139,11 @@ pub async fn run(racklift: &Path, admin_url: &str, run: FleetRun) -> Result<Flee
             deploy: racklift_deploy::Config::for_simulation(run.time_scale),
             bmc_access: access,
             images_dir: images,
+            // Every simulated server reads its media from this host's own address: one peer for the listener.
+            listener: racklift_listener::Limits {
+                max_connections_per_peer: racklift_listener::Limits::default().max_connections,
+                ..racklift_listener::Limits::default()
+            },
             ..ApiConfig::default()
         },
     );

@@ -123,6 +123,11 @@ pub async fn run(racklift: &Path, admin_url: &str, run: MediaRun) -> Result<Medi
         .env("RACKLIFT_API__MEDIA_LISTEN", format!("127.0.0.1:{media_port}"))
         .env("RACKLIFT_API__MEDIA_PUBLIC_ADDRESS", &media_base)
         .env("RACKLIFT_PATHS__IMAGES_DIR", &images)
+        // Every reader comes from this host's own address: one peer for the listener.
+        .env(
+            "RACKLIFT_API__MAX_CONNECTIONS_PER_PEER",
+            (run.readers + 16).to_string(),
+        )
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

@@ -177,6 +177,11 @@ pub async fn run(racklift: &Path, admin_url: &str, run: RollingBench) -> Result<
             deploy: deploy_config,
             bmc_access: access,
             images_dir: images,
+            // Every simulated server reads its media from this host's own address: one peer for the listener.
+            listener: racklift_listener::Limits {
+                max_connections_per_peer: racklift_listener::Limits::default().max_connections,
+                ..racklift_listener::Limits::default()
+            },
             ..ApiConfig::default()
         },
     );

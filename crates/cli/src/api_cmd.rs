@@ -61,7 +61,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// The API's listening socket; a taken port says which setting picks another.
 pub async fn bind(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(listen)
-        .await
+    racklift_listener::bind(listen)
         .with_context(|| format!("binding the API to {listen} (use --listen or api.listen to pick another)"))
 }

@@ -99,6 +99,7 @@ pub fn api_config(s: &Settings, access: AccessPolicy) -> ApiConfig {
         listener: racklift_listener::Limits {
             header_read_timeout: Duration::from_secs(s.api.header_read_timeout_secs),
             max_connections: s.api.max_connections,
+            max_connections_per_peer: s.api.max_connections_per_peer,
         },
         request_timeout: Duration::from_secs(s.api.request_timeout_secs),
         body_timeout: Duration::from_secs(s.api.body_timeout_secs),

@@ -202,6 +202,8 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
 
     let mut api_config = settings::api_config(settings, access.clone());
     transport.apply(&mut api_config);
+    // Every simulated server reaches the API from this host's own address: one peer, which may hold the whole cap.
+    api_config.listener.max_connections_per_peer = api_config.listener.max_connections;
     let state = AppState::new(store.clone(), queue.clone(), api_config);
     let api = tokio::spawn(racklift_api::serve(listener, state, shutdown.clone()));
     let step = DeployStep {

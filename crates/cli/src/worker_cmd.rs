@@ -72,8 +72,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let metrics_listen = settings.worker.metrics_listen;
     // Bound first: a worker whose metrics port is taken fails at once, before leasing anything, rather than
     // running unseen by Prometheus and the probes.
-    let metrics_listener = tokio::net::TcpListener::bind(metrics_listen)
-        .await
+    let metrics_listener = racklift_listener::bind(metrics_listen)
         .with_context(|| {
             format!(
                 "binding the metrics server to {metrics_listen} (set --metrics-listen, RACKLIFT_METRICS_LISTEN or \

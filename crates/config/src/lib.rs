@@ -177,7 +177,7 @@ impl Settings {
 
     /// Rejects values that parse but cannot work, naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 16] = [
+        let positive: [(&str, u64); 17] = [
             ("database.max_connections", self.database.max_connections.into()),
             (
                 "database.acquire_timeout_secs",
@@ -190,6 +190,10 @@ impl Settings {
             ("api.request_timeout_secs", self.api.request_timeout_secs),
             ("api.body_timeout_secs", self.api.body_timeout_secs),
             ("api.max_connections", self.api.max_connections as u64),
+            (
+                "api.max_connections_per_peer",
+                self.api.max_connections_per_peer as u64,
+            ),
             ("worker.concurrency", self.worker.concurrency as u64),
             ("worker.batch", self.worker.batch as u64),
             ("worker.poll_interval_ms", self.worker.poll_interval_ms),

@@ -56,10 +56,13 @@ pub struct ApiSettings {
     /// Deadline of a whole request, answered 408 past it; the media streams are exempt (an image takes minutes).
     /// Keep it above `bmc_read_timeout_secs`: the deploy pre-flight reads the BMC inside the request.
     pub request_timeout_secs: u64,
-    /// Longest pause while a request body is read.
+    /// Longest pause while a request body is read; past it the request is answered 408.
     pub body_timeout_secs: u64,
-    /// Connections open at once; past it new ones wait until one closes.
+    /// Connections open at once; past it new ones wait until one closes. Above three quarters of it, connections
+    /// that have not completed a request are closed oldest first.
     pub max_connections: usize,
+    /// Connections open at once from one source address; past it a new one from that address is closed at once.
+    pub max_connections_per_peer: usize,
     /// The API's TLS certificate (PEM, the leaf first, then its chain), with `tls_key`. IncusOS calls the API
     /// over TLS 1.3 only; `racklift up` generates one in the data directory when this is unset.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -92,6 +95,7 @@ impl Default for ApiSettings {
             request_timeout_secs: 60,
             body_timeout_secs: 30,
             max_connections: 1024,
+            max_connections_per_peer: 256,
             tls_certificate: None,
             tls_key: None,
             plain_http: false,

@@ -56,6 +56,7 @@ fn every_key_changed() -> Settings {
     s.api.request_timeout_secs = 45;
     s.api.body_timeout_secs = 20;
     s.api.max_connections = 512;
+    s.api.max_connections_per_peer = 64;
     s.api.plain_http = true;
     s.api.media_listen = Some("0.0.0.0:7879".parse().unwrap());
     s.api.media_public_address = Some("http://racklift.example.net:7879".into());
@@ -288,6 +289,10 @@ fn values_that_cannot_work_are_rejected_with_the_full_key() {
             ("[api]\nmedia_file_name = \"a/b\"\n", "api.media_file_name"),
             ("[api]\nrequest_timeout_secs = 30\n", "api.request_timeout_secs"),
             ("[api]\nmax_connections = 0\n", "api.max_connections"),
+            (
+                "[api]\nmax_connections_per_peer = 0\n",
+                "api.max_connections_per_peer",
+            ),
             (
                 "[queue]\nidempotency_retention_secs = 0\n",
                 "queue.idempotency_retention_secs",

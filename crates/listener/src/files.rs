@@ -8,8 +8,11 @@
 //! only the bytes the source patches (a deployment's seed over its image) read, patched and written from memory.
 //!
 //! The connection handling is deliberately small: requests without bodies (a request announcing one is answered,
-//! then its connection closed, since the body is never read), keep-alive and pipelining, HTTP/1.0 and 1.1. The
-//! limits are those of [`crate::serve`]: the header read timeout (also between requests), the connection cap, and
+//! then its connection closed, since the body is never read), keep-alive and pipelining, HTTP/1.0 and 1.1. A head
+//! whose framing RFC 9112 refuses (a `Transfer-Encoding`, differing `Content-Length`s, obsolete line folding: see
+//! `head`) is answered 400 in the API's error shape and its connection closed, so no byte after it is taken for a
+//! request. The limits are those of [`crate::serve`]: the header read timeout (also between requests), the
+//! connection cap with its per-peer share and early close of silent connections ([`crate::admission`]), and
 //! graceful shutdown; and a client that takes no byte for [`SEND_STALL_TIMEOUT`] is closed.
 //!
 //! Like nginx's `sendfile on` without thread pools, a read of a page not in the cache waits for the disk on the
@@ -24,24 +27,28 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
-use axum::http::{self, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
+use axum::http::{self, HeaderMap, Method, Request, Response, StatusCode, header};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use crate::Limits;
+use crate::admission::{Admission, Admitted};
+
+mod head;
+
+use head::{BadHead, HeadParts, MAX_HEAD_BYTES, Parsed, parse_head};
 
 /// A client that accepts no byte of an answer for this long is gone: its connection is closed.
 pub const SEND_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Longest request head read (request line and headers); past it the answer is 431.
-const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Longest wait for a closing client to finish sending (see `Connection::linger`), at most the header timeout.
+const LINGER: Duration = Duration::from_secs(2);
 
-/// Most headers in one request; past it the answer is 431.
-const MAX_HEADERS: usize = 64;
+/// Most bytes read and dropped from a closing client.
+const LINGER_BYTES: usize = 1024 * 1024;
 
 /// Bytes handed to one `sendfile` call: large enough that the syscall's cost vanishes, small enough that one
 /// connection cannot hold a runtime thread for long.
@@ -104,15 +111,11 @@ pub async fn serve_files(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let admission = Admission::new(limits);
     let tracker = TaskTracker::new();
     let stopping = CancellationToken::new();
     tokio::pin!(shutdown);
     loop {
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
-            () = &mut shutdown => break,
-        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -124,6 +127,12 @@ pub async fn serve_files(
             },
             () = &mut shutdown => break,
         };
+        let admitted = tokio::select! {
+            admitted = admission.admit(peer.ip().to_canonical()) => admitted,
+            () = &mut shutdown => break,
+        };
+        // Past the peer's share: closed at once (dropped), so it never waits in front of other clients.
+        let Some(admitted) = admitted else { continue };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
         let stopping = stopping.clone();
@@ -134,13 +143,13 @@ pub async fn serve_files(
                 app,
                 limits,
                 stopping,
+                admitted,
                 buf: Vec::with_capacity(4096),
             };
             // A client that hangs up, stalls or sends garbage is no error of the server's.
             if let Err(error) = connection.run().await {
                 tracing::debug!(%peer, %error, "media connection ended");
             }
-            drop(slot);
         });
     }
     drop(listener);
@@ -165,27 +174,27 @@ enum Next {
     Bad(BadHead),
 }
 
-/// Why a request head could not be turned into a request.
-enum BadHead {
-    Malformed,
-    TooLarge,
-}
-
 struct Connection {
     stream: TcpStream,
     peer: std::net::SocketAddr,
     app: Router,
     limits: Limits,
     stopping: CancellationToken,
+    /// The connection's slot, and whether it has completed a request (see [`crate::admission`]).
+    admitted: Admitted,
     /// Bytes read and not yet parsed: the start of the next request of a pipelining client.
     buf: Vec<u8>,
 }
 
 impl Connection {
     async fn run(mut self) -> std::io::Result<()> {
+        let admitted = self.admitted.clone();
         loop {
             let (stopping, idle) = (self.stopping.clone(), self.buf.is_empty());
             let next = tokio::select! {
+                biased;
+                // Chosen to make room before its first request (`admission`): closed without an answer.
+                () = admitted.evicted() => return Ok(()),
                 next = tokio::time::timeout(self.limits.header_read_timeout, self.read_head()) => next,
                 // Idle between requests when the server stops: closed now. A request under way is answered.
                 () = stopping.cancelled(), if idle => return Ok(()),
@@ -196,15 +205,17 @@ impl Connection {
                     Next::Request(head) => *head,
                     Next::Closed => return Ok(()),
                     Next::Bad(bad) => {
-                        let status = match bad {
-                            BadHead::Malformed => StatusCode::BAD_REQUEST,
-                            BadHead::TooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                        };
-                        let head = response_head(status, &HeaderMap::new(), Some(0), false);
-                        return send(self.stream.write_all(&head)).await;
+                        let mut answer = response_head(bad.status(), &json(), Some(bad.body().len()), false);
+                        answer.extend_from_slice(&bad.body());
+                        send(self.stream.write_all(&answer)).await?;
+                        // Nothing after a refused head is read as a request.
+                        return self.linger().await;
                     }
                 },
             };
+            if !admitted.prove() {
+                return Ok(());
+            }
             let keep_alive = head.keep_alive && !self.stopping.is_cancelled();
             let method = head.request.method().clone();
             let response = match self.app.clone().oneshot(head.request).await {
@@ -213,9 +224,29 @@ impl Connection {
             };
             self.answer(&method, response, keep_alive).await?;
             if !keep_alive {
-                return Ok(());
+                return self.linger().await;
             }
         }
+    }
+
+    /// Closes the connection after its last answer without discarding that answer: the write side is shut (the
+    /// client reads the answer, then the end), and what the client still sends (a body this server never reads)
+    /// is read and dropped for up to [`LINGER`], since closing a socket with unread bytes resets the connection,
+    /// and a reset can destroy an answer not yet delivered.
+    async fn linger(mut self) -> std::io::Result<()> {
+        self.stream.shutdown().await?;
+        let drain = async {
+            let mut sink = [0u8; 16 * 1024];
+            let mut left = LINGER_BYTES;
+            while left > 0 {
+                match self.stream.read(&mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER.min(self.limits.header_read_timeout), drain).await;
+        Ok(())
     }
 
     /// Reads until a whole request head is buffered and parses it.
@@ -252,6 +283,7 @@ impl Connection {
             uri,
             http10,
             headers,
+            has_body,
         } = *parts;
         let connection = headers
             .get_all(header::CONNECTION)
@@ -262,10 +294,6 @@ impl Connection {
             .collect::<Vec<_>>();
         let wants = |token: &str| connection.iter().any(|t| t == token);
         // A body is never read here, so after a request that announces one the connection cannot be reused.
-        let has_body = headers.contains_key(header::TRANSFER_ENCODING)
-            || headers
-                .get(header::CONTENT_LENGTH)
-                .is_some_and(|v| v.as_bytes() != b"0");
         let keep_alive = !has_body
             && if http10 {
                 wants("keep-alive")
@@ -429,61 +457,6 @@ fn split_patched(range: Range<u64>, patched: Option<Range<u64>>) -> Vec<(Range<u
     pieces
 }
 
-/// A request head, parsed.
-struct HeadParts {
-    method: Method,
-    uri: http::Uri,
-    http10: bool,
-    headers: HeaderMap,
-}
-
-enum Parsed {
-    /// The head took this many bytes.
-    Complete(usize, Box<HeadParts>),
-    Partial,
-    Bad(BadHead),
-}
-
-fn parse_head(buf: &[u8]) -> Parsed {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut request = httparse::Request::new(&mut slots);
-    let consumed = match request.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Parsed::Partial,
-        Err(httparse::Error::TooManyHeaders) => return Parsed::Bad(BadHead::TooLarge),
-        Err(_) => return Parsed::Bad(BadHead::Malformed),
-    };
-    let bad = Parsed::Bad(BadHead::Malformed);
-    let (Some(method), Some(path), Some(version)) = (request.method, request.path, request.version) else {
-        return bad;
-    };
-    let Ok(method) = Method::from_bytes(method.as_bytes()) else {
-        return bad;
-    };
-    let Ok(uri) = http::Uri::try_from(path) else {
-        return bad;
-    };
-    let mut headers = HeaderMap::with_capacity(request.headers.len());
-    for h in request.headers.iter() {
-        let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(h.name.as_bytes()),
-            HeaderValue::from_bytes(h.value),
-        ) else {
-            return bad;
-        };
-        headers.append(name, value);
-    }
-    Parsed::Complete(
-        consumed,
-        Box::new(HeadParts {
-            method,
-            uri,
-            http10: version == 0,
-            headers,
-        }),
-    )
-}
-
 /// The status line and headers of an answer; `length` sets `Content-Length` when the headers lack it.
 fn response_head(
     status: StatusCode,
@@ -515,6 +488,16 @@ fn response_head(
     }
     head.extend_from_slice(b"\r\n");
     head
+}
+
+/// The headers of a JSON answer.
+fn json() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    headers
 }
 
 fn line(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {

@@ -59,6 +59,7 @@ fn limits() -> Limits {
     Limits {
         header_read_timeout: HEAD_TIMEOUT,
         max_connections: 64,
+        ..Limits::default()
     }
 }
 
@@ -116,6 +117,7 @@ async fn past_the_cap_new_connections_wait_for_a_free_slot() {
     let served = start(Limits {
         header_read_timeout: HEAD_TIMEOUT,
         max_connections: 2,
+        ..Limits::default()
     })
     .await;
     let crowd = [

@@ -40,6 +40,7 @@ async fn start() -> Served {
     let limits = Limits {
         header_read_timeout: HEAD_TIMEOUT,
         max_connections: 16,
+        ..Limits::default()
     };
     tokio::spawn(serve_with(
         listener,

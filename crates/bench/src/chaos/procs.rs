@@ -207,6 +207,8 @@ impl ApiProcess {
                 "RACKLIFT_API__MEDIA_PUBLIC_ADDRESS",
                 format!("http://{}", spec.media_listen),
             )
+            // Every simulated server reaches the API from this host's own address: one peer for the listener.
+            .env("RACKLIFT_API__MAX_CONNECTIONS_PER_PEER", "1024")
             .env("RACKLIFT_PATHS__SECRETS_DIR", &spec.secrets)
             .env("RACKLIFT_PATHS__IMAGES_DIR", &spec.images);
         Ok(spawn(command, "racklift api")?.0)

@@ -142,6 +142,7 @@ async fn start() -> Served {
     let limits = Limits {
         header_read_timeout: HEAD_TIMEOUT,
         max_connections: 64,
+        ..Limits::default()
     };
     let task = tokio::spawn(serve_files(listener, app, limits, async move {
         let _ = stopped.await;
@@ -323,7 +324,7 @@ async fn malformed_and_oversized_heads_are_refused_and_closed() {
     );
     let many = format!(
         "GET /peer HTTP/1.1\r\n{}\r\n",
-        (0..MAX_HEADERS + 1)
+        (0..head::MAX_HEADERS + 1)
             .map(|i| format!("X-{i}: 1\r\n"))
             .collect::<String>()
     );
