@@ -94,6 +94,13 @@ async fn retries_exhausted_fail_the_deployment_into_a_dead_letter() {
     assert_eq!(context["server"], json!(name));
     assert_eq!(context["state"], json!("ApplyBIOS"));
     assert_eq!(context["last_error"]["bmc_status"], json!(500), "{context}");
+    // Every attempt read the BMC before its call failed: the sentence says what was seen last.
+    assert!(context["last_facts"]["power"].is_string(), "{context}");
+    let sentence = context["sentence"].as_str().expect("a failure sentence");
+    assert!(
+        sentence.contains("Last seen: power ") && !sentence.contains("nothing observed yet"),
+        "{sentence}"
+    );
     let server: Value = rack
         .admin(reqwest::Method::GET, format!("/1.0/servers/{name}"))
         .send()

@@ -187,6 +187,9 @@ impl DeployStep {
                         )
                         .await?;
                     stored.deployment.machine = machine;
+                    // These facts are now the deployment's last seen: a pass that ends after the call (which
+                    // observes nothing) keeps them, so a failure's sentence can say what was seen.
+                    stored.last_facts = Some(facts_json.clone());
                     let Some(slot_ref) = slot.clone() else {
                         // No device could be selected (read failed): the trigger counts a retry.
                         let outcome = racklift_deploy::Outcome::Retryable {
@@ -266,6 +269,7 @@ impl DeployStep {
             }
         };
         let (end, facts_json) = end;
+        // A pass that ended on a BMC call's outcome observed nothing after it: the last facts seen stay.
         let facts_json = if facts_json.is_null() {
             stored.last_facts.clone().unwrap_or(Value::Null)
         } else {

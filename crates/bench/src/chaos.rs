@@ -266,7 +266,9 @@ impl Harness {
         let dbs = crate::BenchDb::new(db.admin_url());
         let (url, setup) = dbs.fresh(&database_name(), 2).await?;
         setup.close().await;
-        // The harness's own connections give up quickly while PostgreSQL is down: its waits poll again.
+        // The harness's own connections give up quickly while PostgreSQL is down: its waits poll again. It watches
+        // racklift from outside (and reads a standby mid-failover), so it is not one of racklift's bounded,
+        // primary-only pools (`racklift_queue::session`); the processes it runs are.
         let pool = PgPoolOptions::new()
             .max_connections(6)
             .acquire_timeout(Duration::from_secs(3))

@@ -16,7 +16,6 @@ mod rss;
 
 use std::time::Duration;
 
-use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 
 pub use e2e::E2eRun;
@@ -60,12 +59,12 @@ impl BenchDb {
     /// open, so no timed run pays for connection set-up (a backend fork and SCRAM's key stretching) on the clock.
     pub async fn fresh(&self, name: &str, connections: u32) -> Result<(String, PgPool), BenchError> {
         let url = self.fresh_empty(name).await?;
-        let pool = PgPoolOptions::new()
+        let pool = racklift_queue::session::pool_options()
             .max_connections(connections)
             .min_connections(connections)
             .idle_timeout(None)
             .acquire_timeout(Duration::from_secs(60))
-            .connect(&url)
+            .connect_with(bounded(&url)?)
             .await?;
         racklift_schema::migrate(&pool).await?;
         let mut open = Vec::with_capacity(connections as usize);
@@ -101,6 +100,13 @@ impl BenchDb {
         .await?;
         Ok(())
     }
+}
+
+/// `url`'s connect options with the session bounds of racklift's default lease: the benchmarks measure racklift
+/// as it runs.
+pub fn bounded(url: &str) -> Result<sqlx::postgres::PgConnectOptions, sqlx::Error> {
+    let ttl = racklift_queue::QueueConfig::default().lease_ttl;
+    racklift_queue::session::connect_options(url, &racklift_queue::SessionBounds::for_lease(ttl))
 }
 
 /// The same URL with another database name (the path's last segment), keeping the query string.

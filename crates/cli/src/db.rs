@@ -7,8 +7,9 @@ use std::time::Duration;
 use anyhow::Context;
 use racklift_config::Settings;
 use racklift_pgembed::EmbeddedPostgres;
+use racklift_queue::SessionBounds;
+use sqlx::Connection;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 
 #[derive(clap::Args)]
 pub struct DbArgs {
@@ -55,35 +56,62 @@ pub fn require_database_url() -> anyhow::Result<String> {
     crate::settings::database_url(&crate::settings::load(None, |_| {})?)
 }
 
-/// A pool on `url` of at most `max_connections`.
+/// A pool on `url` of at most `max_connections`, for one-off commands that read no `[queue]`: its sessions are
+/// bounded as for the default lease.
 pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
-    connect_with(url, max_connections, Duration::from_secs(30)).await
+    let bounds = SessionBounds::for_lease(racklift_queue::QueueConfig::default().lease_ttl);
+    connect_with(url, max_connections, Duration::from_secs(30), &bounds).await
 }
 
 /// A pool on the configured database, sized and timed by `[database]`.
 pub async fn connect_configured(settings: &Settings) -> anyhow::Result<PgPool> {
     let url = crate::settings::database_url(settings)?;
+    connect_sized(settings, &url, settings.database.max_connections).await
+}
+
+/// A pool on `url` of at most `max_connections`, timed by `[database]`, its sessions bounded for the lease of
+/// `[queue]` (ARCHITECTURE.md, invariant 27).
+pub async fn connect_sized(settings: &Settings, url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
+    let lease_ttl = Duration::from_millis(settings.queue.lease_ttl_ms);
     connect_with(
-        &url,
-        settings.database.max_connections,
+        url,
+        max_connections,
         Duration::from_secs(settings.database.acquire_timeout_secs),
+        &SessionBounds::for_lease(lease_ttl),
     )
     .await
 }
 
-async fn connect_with(url: &str, max_connections: u32, acquire_timeout: Duration) -> anyhow::Result<PgPool> {
-    racklift_queue::primary_only(PgPoolOptions::new())
+async fn connect_with(
+    url: &str,
+    max_connections: u32,
+    acquire_timeout: Duration,
+    bounds: &SessionBounds,
+) -> anyhow::Result<PgPool> {
+    let options =
+        racklift_queue::session::connect_options(url, bounds).context("reading the database URL")?;
+    racklift_queue::session::pool_options()
         .max_connections(max_connections)
         .acquire_timeout(acquire_timeout)
-        .connect(url)
+        .connect_with(options)
         .await
         .context("cannot connect to PostgreSQL")
 }
 
+/// Applies pending migrations on a connection of the pool taken out of it, with the statement and lock timeouts
+/// lifted: a migration may rewrite a large table or wait for another process's migration, and the connection is
+/// closed afterwards so the lifted bounds never reach another borrower.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    racklift_schema::migrate(pool)
+    let mut conn = pool.acquire().await?.detach();
+    sqlx::raw_sql("SET statement_timeout = 0; SET lock_timeout = 0")
+        .execute(&mut conn)
         .await
-        .context("applying migrations")
+        .context("lifting the statement and lock timeouts for migrations")?;
+    let migrated = racklift_schema::migrate_on(&mut conn)
+        .await
+        .context("applying migrations");
+    conn.close().await.ok();
+    migrated
 }
 
 pub async fn migrate_command() -> anyhow::Result<()> {

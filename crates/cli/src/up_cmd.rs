@@ -143,7 +143,7 @@ async fn serve(up: Up<'_>, url: &str) -> anyhow::Result<()> {
     } = up;
     let time_scale = settings.simulation.time_scale.unwrap_or(DEFAULT_TIME_SCALE);
     // The API and the worker pool share this one pool: room for both roles' connections.
-    let pool = db::connect(url, settings.database.max_connections.saturating_mul(2)).await?;
+    let pool = db::connect_sized(settings, url, settings.database.max_connections.saturating_mul(2)).await?;
     db::migrate(&pool).await?;
     let store = Store::new(pool.clone());
     let queue = Queue::new(pool.clone(), settings::queue_config(settings));

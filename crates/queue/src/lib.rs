@@ -12,6 +12,7 @@ mod error;
 mod idempotency;
 mod job;
 mod queue;
+pub mod session;
 mod sql;
 pub mod worker;
 
@@ -22,7 +23,8 @@ pub use job::{
     BatchEnqueued, Enqueued, ErrorClass, FailOutcome, Failure, Fence, JobId, JobPayload, LeasedJob, NewJob,
     RunAt,
 };
-pub use queue::{JobRef, Queue, QueueConfig, RescueReport, primary_only};
+pub use queue::{JobRef, Queue, QueueConfig, RescueReport};
+pub use session::SessionBounds;
 pub use sql::{CHANNEL, LEASE_SQL};
 pub use worker::{
     Handler, HandlerResult, JobContext, LeaseClock, Outcome, Registry, WorkerConfig, WorkerPool,

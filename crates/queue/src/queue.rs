@@ -122,11 +122,12 @@ impl Queue {
         }
     }
 
-    /// The same queue on a new pool of at most `connections` to the same database, opened lazily.
+    /// The same queue on a new pool of at most `connections` to the same database, opened lazily, with the same
+    /// connect options and so the same session bounds (the heartbeats' pool).
     pub fn with_dedicated_pool(&self, connections: u32) -> Queue {
         let options = (*self.pool.connect_options()).clone();
         Queue {
-            pool: primary_only(sqlx::postgres::PgPoolOptions::new())
+            pool: crate::session::pool_options()
                 .max_connections(connections.max(1))
                 .connect_lazy_with(options),
             config: self.config.clone(),
@@ -524,25 +525,4 @@ fn is_due_now(run_at: RunAt) -> bool {
         RunAt::In(d) => d.is_zero(),
         RunAt::At(_) => false,
     }
-}
-
-/// Refuses a connection to a server in recovery (a standby), so a pool only ever holds connections that can write.
-/// Behind a proxy that briefly routes to a standby during a failover, the pool keeps trying (up to its acquire
-/// timeout) instead of handing out a connection on which every write would fail. A primary cannot turn into a
-/// standby without a restart, which closes its connections, so checking once per connection is enough.
-pub fn primary_only(options: sqlx::postgres::PgPoolOptions) -> sqlx::postgres::PgPoolOptions {
-    options.after_connect(|conn, _meta| {
-        Box::pin(async move {
-            let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
-                .fetch_one(&mut *conn)
-                .await?;
-            if in_recovery {
-                return Err(sqlx::Error::Protocol(
-                    "the server is a standby in recovery; racklift writes, so it connects only to a primary"
-                        .into(),
-                ));
-            }
-            Ok(())
-        })
-    })
 }

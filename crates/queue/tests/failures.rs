@@ -1,6 +1,11 @@
-//! Failures: durable backoff with full jitter, dead letters on exhaustion and on fatal errors, snoozes, rescue.
+//! Failures: durable backoff with full jitter, dead letters on exhaustion and on fatal errors, snoozes, rescue,
+//! and a holder cut off from PostgreSQL.
 
 mod common;
+#[path = "failures/partition.rs"]
+mod partition;
+#[path = "failures/proxy.rs"]
+mod proxy;
 
 use std::time::Duration;
 

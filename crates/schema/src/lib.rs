@@ -10,3 +10,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 pub async fn migrate(pool: &sqlx::PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     MIGRATOR.run(pool).await
 }
+
+/// As [`migrate`], on one connection (a caller that sets the session up for migrations first).
+pub async fn migrate_on(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::migrate::MigrateError> {
+    MIGRATOR.run(conn).await
+}

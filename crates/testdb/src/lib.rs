@@ -59,6 +59,8 @@ impl TestDb {
         conn.close().await.ok();
         let opts = admin.clone().database(&name);
         let url = opts.to_url_lossy().to_string();
+        // Not racklift's bounded pool (`racklift_queue::session`): tests line writers up behind locks on a loaded
+        // machine, and the queue's tests build bounded pools of their own where the bounds are what they check.
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .connect_with(opts)
