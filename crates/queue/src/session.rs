@@ -39,12 +39,13 @@ impl SessionBounds {
     /// The bounds for a queue whose leases last `ttl` (heartbeats every third of it; a holder that cannot renew
     /// lets go a fifth of it, at most 3 s, before the lease runs out).
     ///
-    /// - idle in transaction: a third of the lease (at least 1 s), one renewal period. A lock taken under a live
+    /// - idle in transaction: a third of the lease (at least 5 s, so a busy machine that leaves a task unscheduled
+    ///   for a moment mid-transaction does not lose its session), one renewal period. A lock taken under a live
     ///   lease by a holder that is then cut off is released at most that long after the lease runs out, instead
     ///   of when TCP gives up (hours): the rescuer's `SKIP LOCKED` finds the job on its next pass.
-    /// - lock wait: half the lease (at least 2 s), longer than the idle bound, so a writer queued behind a
+    /// - lock wait: half the lease (at least 8 s), longer than the idle bound, so a writer queued behind a
     ///   cut-off holder outlasts it and gets the row instead of failing; a wait beyond it has no healthy cause.
-    /// - statement: the whole lease (at least 5 s), longer than the lock wait it includes. No statement of
+    /// - statement: the whole lease (at least 15 s), longer than the lock wait it includes. No statement of
     ///   racklift's takes near that; migrations, which may, lift it on their own connection.
     /// - keepalives: probed after a third of the lease of silence, every ninth, three times, and sent data
     ///   unacknowledged as long: a client that vanished from an idle session (a `LISTEN`, a pooled connection)
@@ -57,9 +58,9 @@ impl SessionBounds {
         let keepalive_interval = whole_secs(ttl / 9);
         let keepalive_count = 3;
         SessionBounds {
-            idle_in_transaction: at_least(ttl / 3, Duration::from_secs(1)),
-            lock: at_least(ttl / 2, Duration::from_secs(2)),
-            statement: at_least(ttl, Duration::from_secs(5)),
+            idle_in_transaction: at_least(ttl / 3, Duration::from_secs(5)),
+            lock: at_least(ttl / 2, Duration::from_secs(8)),
+            statement: at_least(ttl, Duration::from_secs(15)),
             keepalive_idle,
             keepalive_interval,
             keepalive_count,

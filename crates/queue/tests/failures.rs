@@ -4,8 +4,6 @@
 mod common;
 #[path = "failures/partition.rs"]
 mod partition;
-#[path = "failures/proxy.rs"]
-mod proxy;
 
 use std::time::Duration;
 

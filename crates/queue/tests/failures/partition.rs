@@ -10,12 +10,31 @@ use racklift_testdb::{TestDb, wait_for};
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
 
-use super::proxy::Proxy;
 use crate::common::*;
+use racklift_netfault::FreezableProxy;
+
+/// A proxy in front of the server `db` is on.
+async fn proxy_for(db: &TestDb) -> FreezableProxy {
+    let target = PgConnectOptions::from_str(&db.url).expect("the test URL parses");
+    let upstream = tokio::net::lookup_host((target.get_host(), target.get_port()))
+        .await
+        .expect("resolve the database's host")
+        .next()
+        .expect("an address");
+    FreezableProxy::start(upstream).await.expect("start the proxy")
+}
 
 /// A pool of one connection to `db` through `proxy`, its sessions bounded by `bounds`.
-async fn through(proxy: &Proxy, db: &TestDb, bounds: &SessionBounds, test_before_acquire: bool) -> PgPool {
-    let options = proxy.route(PgConnectOptions::from_str(&db.url).expect("the test URL parses"));
+async fn through(
+    proxy: &FreezableProxy,
+    db: &TestDb,
+    bounds: &SessionBounds,
+    test_before_acquire: bool,
+) -> PgPool {
+    let options = PgConnectOptions::from_str(&db.url)
+        .expect("the test URL parses")
+        .host(&proxy.addr().ip().to_string())
+        .port(proxy.addr().port());
     pool_options()
         .max_connections(1)
         .test_before_acquire(test_before_acquire)
@@ -27,7 +46,7 @@ async fn through(proxy: &Proxy, db: &TestDb, bounds: &SessionBounds, test_before
 #[tokio::test]
 async fn a_holder_frozen_inside_a_transaction_lets_go_of_its_row_within_the_idle_bound() {
     let db = TestDb::new().await;
-    let proxy = Proxy::start(&db.url).await;
+    let proxy = proxy_for(&db).await;
     let bounds = SessionBounds {
         idle_in_transaction: Duration::from_millis(500),
         ..SessionBounds::for_lease(Duration::from_secs(30))
@@ -63,7 +82,7 @@ async fn a_holder_frozen_inside_a_transaction_lets_go_of_its_row_within_the_idle
 #[tokio::test]
 async fn a_transaction_dropped_inside_begin_leaves_no_transaction_on_the_pooled_connection() {
     let db = TestDb::new().await;
-    let proxy = Proxy::start(&db.url).await;
+    let proxy = proxy_for(&db).await;
     // No test on acquire: the acquire must not touch the wire, so the drop lands inside `begin()` itself.
     let pool = through(
         &proxy,
