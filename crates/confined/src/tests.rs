@@ -49,6 +49,9 @@ fn read(root: &Beneath, name: &str, resolver: Resolver) -> Result<String, &'stat
     }
 }
 
+/// What reading a name gives: its text, or why not.
+type Expected = Result<&'static str, &'static str>;
+
 #[test]
 fn names_resolve_only_beneath_the_directory() {
     let scratch = Scratch::new();
@@ -58,7 +61,7 @@ fn names_resolve_only_beneath_the_directory() {
     std::os::unix::fs::symlink("../outside", root_path.join("up-link")).unwrap();
     let root = Beneath::open(&root_path).unwrap();
     // (name, kernel, walk): the walk refuses every link, the kernel only those that leave.
-    let cases: &[(&str, Result<&str, &str>, Result<&str, &str>)] = &[
+    let cases: &[(&str, Expected, Expected)] = &[
         ("sub/file", Ok("inside"), Ok("inside")),
         ("./sub/file", Ok("inside"), Ok("inside")),
         ("sub/missing", Err("missing"), Err("missing")),
