@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use racklift_deploy::profile_match::MatchRules;
 use racklift_store::{
-    BiosProfile, Image, ImageFormat, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS,
+    BiosProfile, Image, ImageFile, ImageFormat, NewBiosProfile, NewImage, NewSeed, NewToken, PUBLIC_ADDRESS,
     ProvisioningToken, Seed, StoreError,
 };
 use serde::Deserialize;
@@ -300,15 +300,16 @@ pub async fn list_images(State(state): State<AppState>, _: Viewer) -> Result<Jso
 /// Register an image file.
 ///
 /// IncusOS's `.img` (512-byte sectors, booted from a USB slot) or `.iso` (2048-byte sectors, booted from a CD
-/// slot), either one gzip-compressed or not. `size_bytes` is the registered file's
-/// size; a compressed file is decompressed beside itself (the name without `.gz`) and the image record names
-/// that file, its size and its SHA-256.
+/// slot), either one gzip-compressed or not. `size_bytes` is the registered file's size; racklift computes its
+/// SHA-256 (a `sha256` given must be the same); a compressed file is decompressed beside itself (the name without
+/// `.gz`) and the image record names that file, its size and its SHA-256. The file is hashed again before it is
+/// served whenever it changed since.
 #[utoipa::path(post, path = "/1.0/images", tag = "catalog", security(("bearer" = ["admin"])),
     request_body = NewImage,
     responses(
         (status = 201, description = "Registered", body = Image),
         (status = 409, description = "An image of that type, architecture and channel exists", body = ErrorBody),
-        (status = 422, description = "The path is outside the images directory, or the image has no partition 2 with room for a seed (found at 512-, 2048- or 4096-byte sectors), or its size is not `size_bytes`, or it is gzip that does not decompress", body = ErrorBody),
+        (status = 422, description = "The path is outside the images directory, or the image has no partition 2 with room for a seed (found at 512-, 2048- or 4096-byte sectors), or its size is not `size_bytes`, or its SHA-256 is not `sha256`, or it is gzip that does not decompress", body = ErrorBody),
         AdminErrors))]
 pub async fn create_image(
     State(state): State<AppState>,
@@ -319,58 +320,78 @@ pub async fn create_image(
     validate::non_empty("architecture", &i.architecture)?;
     validate::non_empty("channel", &i.channel)?;
     validate::non_empty("path", &i.path)?;
-    // Stored resolved, so the catalog shows the file that is served.
-    let resolved = crate::media::image_in_dir(&state.config.images_dir, std::path::Path::new(&i.path)).await;
-    i.path = resolved
-        .as_deref()
-        .and_then(std::path::Path::to_str)
+    if i.size_bytes < 0 {
+        return Err(ApiError::invalid("size_bytes", "must not be negative"));
+    }
+    if let Some(claimed) = &i.sha256 {
+        validate::sha256_hex("sha256", claimed)?;
+    }
+    // Named by its catalog name in every answer, never by where it lies on the host.
+    let catalog_name = format!("{}/{}/{}", i.image_type, i.architecture, i.channel);
+    let unreadable = |e: std::io::Error| {
+        tracing::error!(image = %catalog_name, error = %e, "image unreadable");
+        ApiError::unprocessable(
+            "image_unreadable",
+            "path",
+            format!("the image {catalog_name} cannot be read"),
+        )
+    };
+    let dir = &state.config.images_dir;
+    let opened = crate::image_files::open_off_runtime(dir, std::path::Path::new(&i.path))
+        .await
+        .map_err(unreadable)?
         .ok_or_else(|| {
             ApiError::unprocessable(
                 "outside_images_dir",
                 "path",
-                format!(
-                    "images must be regular files inside the images directory {} (absolute, or relative to it)",
-                    state.config.images_dir.display()
-                ),
+                "images must be regular files inside the images directory (absolute, or relative to it)",
             )
-        })?
-        .to_owned();
-    if i.size_bytes < 0 {
-        return Err(ApiError::invalid("size_bytes", "must not be negative"));
-    }
-    validate::sha256_hex("sha256", &i.sha256)?;
-    let registered = std::path::PathBuf::from(&i.path);
-    let file_size = tokio::fs::metadata(&registered)
-        .await
-        .map_err(|e| {
-            ApiError::unprocessable(
-                "image_unreadable",
-                "path",
-                format!("the image cannot be read: {e}"),
-            )
-        })?
-        .len();
-    if i64::try_from(file_size).ok() != Some(i.size_bytes) {
+        })?;
+    if i64::try_from(opened.size).ok() != Some(i.size_bytes) {
         return Err(ApiError::unprocessable(
             "size_mismatch",
             "size_bytes",
-            format!("the file is {file_size} bytes, not {}", i.size_bytes),
+            format!("the file is {} bytes, not {}", opened.size, i.size_bytes),
+        ));
+    }
+    // racklift's own digest of the bytes it opened; the request's, when given, must be the same.
+    let (digest, _) = crate::image_files::sha256(opened.file.clone())
+        .await
+        .map_err(unreadable)?;
+    if let Some(claimed) = &i.sha256
+        && *claimed != digest
+    {
+        return Err(ApiError::unprocessable(
+            "sha256_mismatch",
+            "sha256",
+            format!("the file's SHA-256 is {digest}"),
         ));
     }
     // A published `.img.gz` / `.iso.gz` is served from its decompressed copy: Range requests need raw bytes.
-    if let Some(raw) = crate::seeding::gunzip_image(&state.config.images_dir, registered).await? {
-        i.path = raw.path.display().to_string();
-        i.size_bytes = i64::try_from(raw.size).unwrap_or(i64::MAX);
-        i.sha256 = raw.sha256;
-    }
-    let layout = crate::seeding::image_layout(std::path::PathBuf::from(&i.path)).await?;
+    let served = match crate::seeding::gunzip_image(dir, &opened, &catalog_name).await? {
+        Some(raw) => raw,
+        None => crate::seeding::Served {
+            sha256: digest,
+            opened,
+        },
+    };
+    let layout = crate::seeding::image_layout(served.opened.file.clone()).await?;
     let format = match layout.format() {
         racklift_media::MediaFormat::Cd => ImageFormat::Cd,
         racklift_media::MediaFormat::Disk => ImageFormat::Disk,
     };
+    i.path = served.opened.stored.to_string_lossy().into_owned();
+    i.size_bytes = i64::try_from(served.opened.size).unwrap_or(i64::MAX);
+    let file = ImageFile {
+        sha256: served.sha256,
+        file_stamp: Some(served.opened.stamp.as_str().to_owned()),
+        format,
+        seed_offset: layout.seed_offset as i64,
+        seed_capacity: layout.seed_capacity as i64,
+    };
     let image = state
         .store
-        .create_image(&i, format, layout.seed_offset as i64, layout.seed_capacity as i64)
+        .create_image(&i, &file)
         .await
         .map_err(|e| conflict_code(e, "image_exists", "type"))?;
     tracing::info!(image = image.id, path = %image.path, format = format.as_str(),

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use chrono::{Duration as TimeDelta, Utc};
 use racklift_store::{
-    Image, ImageFormat, NewBiosProfile, NewImage, NewSeed, NewServer, NewToken, NewUpdate, PUBLIC_ADDRESS,
-    Role, ServerUpdate, Store, StoreError, UpdateFile,
+    Image, ImageFile, ImageFormat, NewBiosProfile, NewImage, NewSeed, NewServer, NewToken, NewUpdate,
+    PUBLIC_ADDRESS, Role, ServerUpdate, Store, StoreError, UpdateFile,
 };
 use serde_json::json;
 
@@ -90,6 +90,8 @@ pub async fn publish_demo_update(store: &Store, dir: &Path, image: &Image) -> Re
                 architecture,
                 sha256: racklift_store::sha256_hex(&data),
                 path: path.to_string_lossy().into_owned(),
+                // Hashed at its first download.
+                file_stamp: None,
             }],
         })
         .await;
@@ -231,7 +233,7 @@ pub async fn seed_catalog(
         channel: "stable".into(),
         path: path.display().to_string(),
         size_bytes: size as i64,
-        sha256: sha256.to_owned(),
+        sha256: None,
     };
     let layout = std::fs::File::open(path)
         .map_err(racklift_media::LayoutError::Io)
@@ -243,9 +245,14 @@ pub async fn seed_catalog(
     let image = match store
         .create_image(
             &new_image,
-            format,
-            layout.seed_offset as i64,
-            layout.seed_capacity as i64,
+            &ImageFile {
+                sha256: sha256.to_owned(),
+                // Hashed at its first request, like an image registered before stamps were kept.
+                file_stamp: None,
+                format,
+                seed_offset: layout.seed_offset as i64,
+                seed_capacity: layout.seed_capacity as i64,
+            },
         )
         .await
     {

@@ -13,6 +13,7 @@ mod clusters;
 pub mod demo;
 mod deploy;
 mod error;
+mod image_files;
 pub mod incus_envelope;
 mod media;
 mod media_targets;
@@ -141,6 +142,8 @@ pub struct AppState {
     pub incus: Arc<racklift_bmc_access::incus::IncusAccess>,
     media_reads: media::Recorder,
     media_targets: media_targets::MediaTargets,
+    /// Image and update files hashed again since they changed.
+    rechecks: image_files::Rechecks,
 }
 
 impl AppState {
@@ -159,6 +162,7 @@ impl AppState {
             config: Arc::new(config),
             media_reads: media::Recorder::default(),
             media_targets: media_targets::MediaTargets::default(),
+            rechecks: image_files::Rechecks::default(),
         }
     }
 

@@ -104,19 +104,6 @@ pub async fn flush_loop(state: AppState, shutdown: CancellationToken) {
     }
 }
 
-/// The image `path` (absolute, or relative to `dir`) with symbolic links resolved, when it is a regular file
-/// inside `dir`: whoever registers an image chooses what the media server hands to anyone holding a media URL,
-/// so nothing else may be named (`/etc/shadow`, a FIFO, a link out of the directory).
-pub(crate) async fn image_in_dir(
-    dir: &std::path::Path,
-    path: &std::path::Path,
-) -> Option<std::path::PathBuf> {
-    let dir = tokio::fs::canonicalize(dir).await.ok()?;
-    let path = tokio::fs::canonicalize(dir.join(path)).await.ok()?;
-    let regular = tokio::fs::metadata(&path).await.ok()?.file_type().is_file();
-    (regular && path.starts_with(&dir)).then_some(path)
-}
-
 /// What the media URL with `secret` leads to in the database: `None` for an unknown or finished deployment, or
 /// one without a seed.
 async fn resolve(state: &AppState, secret: &str) -> Result<Option<Resolved>, Unanswered> {
@@ -141,13 +128,17 @@ async fn resolve(state: &AppState, secret: &str) -> Result<Option<Resolved>, Una
     };
     let seed = SeedArchive::new(seed);
     let etag = racklift_media::compose::etag(&target.image_sha256, &seed);
+    let image_sha256 = target.image_sha256;
     let overlay = Arc::new(Overlay {
         offset: u64::try_from(seed_offset).unwrap_or(u64::MAX),
         bytes: seed.bytes.into(),
     });
     Ok(Some(Resolved {
         deployment_id: target.deployment_id,
+        image_id: target.image_id,
         stored_path: target.path,
+        image_sha256,
+        file_stamp: target.file_stamp,
         overlay,
         etag,
     }))
@@ -214,6 +205,62 @@ async fn target(state: &AppState, secret: &str, now: std::time::Instant) -> Resu
 
 fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such media")
+}
+
+/// The image of `target`, opened beneath the images directory at every request (the directory may have changed
+/// since the image was registered, or the file been replaced by a link out of it), and its size; refused when
+/// its bytes are no longer those of its SHA-256. The handle opened here is what is read.
+async fn open_image(state: &AppState, target: &Resolved) -> Result<(std::fs::File, u64), ApiError> {
+    let image_id = target.image_id;
+    let stored = std::path::Path::new(&target.stored_path);
+    let opened = crate::image_files::open_off_runtime(&state.config.images_dir, stored)
+        .await
+        .map_err(|e| {
+            tracing::error!(deployment_id = target.deployment_id, image_id, error = %e, "image file unreadable");
+            ApiError::internal(format!("image {image_id} is not readable"))
+        })?
+        .ok_or_else(|| {
+            tracing::error!(deployment_id = target.deployment_id, image_id,
+                "image not a regular file inside the images directory; not served");
+            not_found()
+        })?;
+    let key = format!("image/{image_id}");
+    let verdict = state
+        .rechecks
+        .check(&key, &opened, target.file_stamp.as_deref(), &target.image_sha256)
+        .await
+        .map_err(|e| {
+            tracing::error!(deployment_id = target.deployment_id, image_id, error = %e, "image file unreadable");
+            ApiError::internal(format!("image {image_id} is not readable"))
+        })?;
+    match verdict {
+        crate::image_files::Verdict::Unchanged => {}
+        crate::image_files::Verdict::Rehashed(stamp) => {
+            if let Err(error) = state.store.restamp_image(image_id, stamp.as_str()).await {
+                tracing::warn!(image_id, %error,
+                    "could not record the image's new stamp; it is hashed again at the next start");
+            }
+        }
+        crate::image_files::Verdict::Changed => {
+            tracing::error!(
+                deployment_id = target.deployment_id,
+                image_id,
+                "image file changed since it was registered; not served"
+            );
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "image_changed",
+                format!(
+                    "image {image_id} changed since it was registered and no longer has its SHA-256; register it again"
+                ),
+            ));
+        }
+    }
+    let size = opened.size;
+    let file = Arc::try_unwrap(opened.file)
+        .or_else(|shared| shared.try_clone())
+        .map_err(|e| ApiError::internal(format!("image {image_id} is not readable: {e}")))?;
+    Ok((file, size))
 }
 
 /// One request's image: the file its check opened, the seed laid over it, and where what is sent is recorded.
@@ -299,31 +346,6 @@ fn read_at(file: &std::fs::File, offset: u64, want: usize) -> std::io::Result<(V
     Ok((buf, filled))
 }
 
-/// Opens the image `stored` (absolute, or relative to `dir`) when it resolves, links followed, to a regular file
-/// inside `dir`; the file and its size. One trip to the blocking pool for the whole check, and what is read is
-/// the file that was checked (the open handle), not a path that could be swapped afterwards.
-fn open_confined(
-    dir: &std::path::Path,
-    stored: &std::path::Path,
-) -> std::io::Result<Option<(std::fs::File, u64)>> {
-    let dir = std::fs::canonicalize(dir)?;
-    let path = match std::fs::canonicalize(dir.join(stored)) {
-        Ok(p) => p,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    if !path.starts_with(&dir) {
-        return Ok(None);
-    }
-    // Not opened yet: opening a FIFO would block until a writer came.
-    if !std::fs::metadata(&path)?.file_type().is_file() {
-        return Ok(None);
-    }
-    let file = std::fs::File::open(&path)?;
-    let meta = file.metadata()?;
-    Ok(meta.file_type().is_file().then_some((file, meta.len())))
-}
-
 /// What a request's `Range` header asks of a file of `size` bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RangePlan {
@@ -372,7 +394,9 @@ fn header_value(s: &str) -> HeaderValue {
         (status = 206, description = "The ranges asked for", content_type = "application/octet-stream",
             body = Vec<u8>),
         (status = 404, description = "Unknown or finished deployment", body = ErrorBody),
-        (status = 416, description = "No range is satisfiable", body = ErrorBody)))]
+        (status = 416, description = "No range is satisfiable", body = ErrorBody),
+        (status = 503, description = "The image changed since it was registered and no longer has its SHA-256 \
+            (`image_changed`)", body = ErrorBody)))]
 pub async fn serve_media(
     State(state): State<AppState>,
     Path((secret, _file)): Path<(String, String)>,
@@ -381,23 +405,7 @@ pub async fn serve_media(
     extensions: Extensions,
 ) -> Result<Response, ApiError> {
     let target = target(&state, &secret, std::time::Instant::now()).await?;
-    // Checked again at every request: the images directory may have changed since the image was registered, or
-    // the file been replaced by a link out of it. The handle opened by the check is what is read.
-    let dir = state.config.images_dir.clone();
-    let stored = std::path::PathBuf::from(&target.stored_path);
-    let opened = tokio::task::spawn_blocking(move || open_confined(&dir, &stored))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| {
-            tracing::error!(deployment_id = target.deployment_id, path = %target.stored_path, error = %e,
-                "image file unreadable");
-            ApiError::internal("the image file is not readable")
-        })?;
-    let Some((file, size)) = opened else {
-        tracing::error!(deployment_id = target.deployment_id, path = %target.stored_path,
-            "image not a regular file inside the images directory; not served");
-        return Err(not_found());
-    };
+    let (file, size) = open_image(&state, &target).await?;
     let source: Arc<str> = extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip().to_string())

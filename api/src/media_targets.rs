@@ -35,7 +35,11 @@ const PRUNE_ABOVE: usize = 1024;
 #[derive(Debug)]
 pub struct Resolved {
     pub deployment_id: i64,
+    pub image_id: i64,
     pub stored_path: String,
+    /// The image's SHA-256 and the stamp its file had when hashed (`crate::image_files`).
+    pub image_sha256: String,
+    pub file_stamp: Option<String>,
     pub overlay: Arc<Overlay>,
     pub etag: String,
 }
@@ -114,7 +118,10 @@ mod tests {
     fn resolved(id: i64) -> Arc<Resolved> {
         Arc::new(Resolved {
             deployment_id: id,
+            image_id: 1,
             stored_path: "/images/a.img".to_owned(),
+            image_sha256: "0".repeat(64),
+            file_stamp: None,
             overlay: Arc::new(Overlay {
                 offset: 0,
                 bytes: Arc::from(&b""[..]),

@@ -1,6 +1,8 @@
 //! A deployment's install seed: what IncusOS reads from partition 2 of the media racklift serves it
 //! (`racklift_media`), built once when the deployment is created and kept with it.
 
+use std::sync::Arc;
+
 use racklift_media::seed::{Manager, SeedConfig};
 use racklift_media::{SeedArchive, SeedFiles};
 use racklift_store::{Image, ImageFormat, Seed};
@@ -107,64 +109,65 @@ pub fn for_deployment(
     })
 }
 
-/// The image's partition table, read off the runtime: each deployment's seed goes to partition 2, so an image
-/// without room for one is refused now rather than at its first deployment.
-pub async fn image_layout(path: std::path::PathBuf) -> Result<racklift_media::ImageLayout, ApiError> {
-    let read = tokio::task::spawn_blocking(move || {
-        let mut file = std::fs::File::open(&path)?;
-        Ok::<_, std::io::Error>(racklift_media::ImageLayout::read(&mut file))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?;
-    match read {
-        Ok(Ok(layout)) => Ok(layout),
-        Ok(Err(e)) => Err(ApiError::unprocessable(
+/// The image's partition table, read off the runtime from the open file: each deployment's seed goes to
+/// partition 2, so an image without room for one is refused now rather than at its first deployment.
+pub async fn image_layout(file: Arc<std::fs::File>) -> Result<racklift_media::ImageLayout, ApiError> {
+    let read = tokio::task::spawn_blocking(move || racklift_media::ImageLayout::read(&mut &*file))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    read.map_err(|e| {
+        ApiError::unprocessable(
             "no_seed_partition",
             "path",
             format!("the image cannot carry an install seed: {e}"),
-        )),
-        Err(e) => Err(ApiError::unprocessable(
-            "image_unreadable",
-            "path",
-            format!("the image cannot be read: {e}"),
-        )),
-    }
+        )
+    })
 }
 
-/// Decompresses the image at `path` beside itself when it is gzip (by its magic bytes, not its name) and
-/// returns the decompressed copy, which must land inside `images_dir` like every image; `None` for an image
-/// that is not compressed.
+/// The file an image is served from, opened beneath the images directory, and its SHA-256.
+pub struct Served {
+    pub opened: crate::image_files::Opened,
+    pub sha256: String,
+}
+
+/// Decompresses the image `opened` (from its handle) beside itself when it is gzip (by its magic bytes, not its
+/// name) and returns the decompressed copy, opened beneath `images_dir` like every image; `None` for an image
+/// that is not compressed. `catalog_name` names it in answers.
 pub async fn gunzip_image(
     images_dir: &std::path::Path,
-    path: std::path::PathBuf,
-) -> Result<Option<racklift_media::gz::Gunzipped>, ApiError> {
+    opened: &crate::image_files::Opened,
+    catalog_name: &str,
+) -> Result<Option<Served>, ApiError> {
+    let (dir, file, name) = (images_dir.to_owned(), opened.file.clone(), opened.name.clone());
     let done = tokio::task::spawn_blocking(move || {
-        if !racklift_media::gz::is_gzip(&path)? {
+        if !racklift_media::gz::is_gzip(&file)? {
             return Ok(None);
         }
-        racklift_media::gz::gunzip_beside(&path).map(Some)
+        let root = std::fs::canonicalize(&dir)?;
+        let raw = racklift_media::gz::gunzip_beside(&file, &root.join(&name))?;
+        let raw_name = racklift_media::gz::raw_path(&name);
+        // The copy is beside a confined file, but a link planted under its name would lead elsewhere: what is
+        // recorded is what opens beneath the directory.
+        Ok(Some((crate::image_files::open(&dir, &raw_name)?, raw.sha256)))
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| {
+    .map_err(|e: std::io::Error| {
+        tracing::warn!(image = %catalog_name, error = %e, "image does not decompress");
         ApiError::unprocessable(
             "image_not_decompressible",
             "path",
-            format!("the image is gzip but does not decompress: {e}"),
+            format!("the image {catalog_name} is gzip but does not decompress: {e}"),
         )
     })?;
-    let Some(raw) = done else {
-        return Ok(None);
-    };
-    // The copy is beside a confined file, but a link planted under its name would lead elsewhere.
-    match crate::media::image_in_dir(images_dir, &raw.path).await {
-        Some(path) => Ok(Some(racklift_media::gz::Gunzipped { path, ..raw })),
-        None => Err(ApiError::unprocessable(
+    match done {
+        None => Ok(None),
+        Some((Some(opened), sha256)) => Ok(Some(Served { opened, sha256 })),
+        Some((None, _)) => Err(ApiError::unprocessable(
             "outside_images_dir",
             "path",
             format!(
-                "the decompressed image {} is not a regular file inside the images directory",
-                raw.path.display()
+                "the decompressed copy of {catalog_name} is not a regular file inside the images directory"
             ),
         )),
     }

@@ -3,8 +3,9 @@
 //! A file's bytes are not uploaded: they must already be a regular file inside `paths.images_dir`, like a
 //! catalog image, and are served from there. The API and its callers share no upload channel (every request
 //! body is capped at 1 MiB), an OS update is gigabytes that would otherwise be stored twice, and the directory
-//! is the one the media server is already confined to. The API checks each file where it lies: confined,
-//! regular, the size and the SHA-256 the publisher computed.
+//! is the one the media server is already confined to. The API opens each file beneath the directory's handle,
+//! checks it is regular and of the size given, and computes its SHA-256 itself (a `sha256` given must match);
+//! a file changed since is hashed again before it is served (`crate::image_files`).
 
 use std::path::Path;
 
@@ -408,8 +409,11 @@ pub struct PublishFile {
     pub path: String,
     #[schema(minimum = 0)]
     pub size: i64,
+    /// The SHA-256 its publisher computed, checked against racklift's own (422 `sha256_mismatch` naming it when
+    /// they differ); racklift's is what IncusOS is offered either way.
+    #[serde(default)]
     #[schema(pattern = "^[0-9a-f]{64}$")]
-    pub sha256: String,
+    pub sha256: Option<String>,
     /// `os` or an application name: one of IncusOS's components (`COMPONENTS`).
     #[schema(
         example = "os",
@@ -448,30 +452,6 @@ fn token_rule(
 
 fn version_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
-}
-
-/// SHA-256 and length of a file, read on the blocking pool.
-async fn measure(path: std::path::PathBuf) -> std::io::Result<(String, u64)> {
-    tokio::task::spawn_blocking(move || {
-        use sha2::Digest;
-        use std::io::Read;
-        let mut file = std::fs::File::open(path)?;
-        let mut hasher = sha2::Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut len = 0u64;
-        loop {
-            let n = file.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-            len += n as u64;
-        }
-        let sha256 = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        Ok((sha256, len))
-    })
-    .await
-    .map_err(std::io::Error::other)?
 }
 
 /// Publish an update whose files lie inside the images directory.
@@ -534,7 +514,9 @@ pub async fn publish(
                 format!("one of {ARCHITECTURES:?}"),
             ));
         }
-        validate::sha256_hex(&at("sha256"), &f.sha256)?;
+        if let Some(claimed) = &f.sha256 {
+            validate::sha256_hex(&at("sha256"), claimed)?;
+        }
         if f.size < 0 {
             return Err(ApiError::invalid(&at("size"), "must not be negative"));
         }
@@ -559,8 +541,17 @@ pub async fn publish(
     let mut files = Vec::with_capacity(p.files.len());
     for (i, f) in p.files.iter().enumerate() {
         let at = |name: &str| format!("files[{i}].{name}");
-        let path = crate::media::image_in_dir(&state.config.images_dir, Path::new(&f.path))
+        let unreadable = |e: std::io::Error| {
+            tracing::error!(file = %f.filename, error = %e, "update file unreadable");
+            ApiError::unprocessable(
+                "unreadable_file",
+                &at("path"),
+                format!("the file {} cannot be read", f.filename),
+            )
+        };
+        let opened = crate::image_files::open_off_runtime(&state.config.images_dir, Path::new(&f.path))
             .await
+            .map_err(unreadable)?
             .ok_or_else(|| {
                 ApiError::unprocessable(
                     "outside_images_dir",
@@ -568,10 +559,9 @@ pub async fn publish(
                     "update files must be regular files inside the images directory (absolute, or relative to it)",
                 )
             })?;
-        let (sha256, size) = measure(path.clone()).await.map_err(|e| {
-            tracing::error!(path = %path.display(), error = %e, "update file unreadable");
-            ApiError::unprocessable("unreadable_file", &at("path"), "the file cannot be read")
-        })?;
+        let (sha256, size) = crate::image_files::sha256(opened.file.clone())
+            .await
+            .map_err(unreadable)?;
         if size != f.size as u64 {
             return Err(ApiError::unprocessable(
                 "size_mismatch",
@@ -579,7 +569,7 @@ pub async fn publish(
                 format!("the file is {size} bytes, not {}", f.size),
             ));
         }
-        if sha256 != f.sha256 {
+        if f.sha256.as_ref().is_some_and(|claimed| *claimed != sha256) {
             return Err(ApiError::unprocessable(
                 "sha256_mismatch",
                 &at("sha256"),
@@ -593,7 +583,8 @@ pub async fn publish(
             file_type: f.file_type.clone(),
             architecture: f.architecture.clone(),
             sha256,
-            path: path.to_string_lossy().into_owned(),
+            path: opened.stored.to_string_lossy().into_owned(),
+            file_stamp: Some(opened.stamp.as_str().to_owned()),
         });
     }
     let update = state

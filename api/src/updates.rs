@@ -277,6 +277,8 @@ pub async fn files(
             body = Vec<u8>),
         (status = 404, description = "No such update or file (Incus envelope)", body = IncusErrorBody),
         (status = 416, description = "The range is not satisfiable (Incus envelope)", body = IncusErrorBody),
+        (status = 503, description = "The file changed since it was published and no longer has the SHA-256 the \
+            catalog offers (Incus envelope)", body = IncusErrorBody),
         (status = 422, description = "The path or query holds a NUL character (`%00`)", body = crate::error::ErrorBody)))]
 pub async fn download(
     State(state): State<AppState>,
@@ -291,22 +293,59 @@ pub async fn download(
         .update_file(uuid, &filename)
         .await?
         .ok_or_else(|| IncusError::not_found("update file"))?;
-    // Held to the images directory at every request, as catalog images are.
-    let Some(path) =
-        crate::media::image_in_dir(&state.config.images_dir, std::path::Path::new(&file.path)).await
-    else {
-        tracing::error!(update = %uuid, filename = %file.filename, path = %file.path,
-            "update file not a regular file inside the images directory; not served");
-        return Err(IncusError::not_found("update file"));
+    // Opened beneath the images directory at every request, as catalog images are, and served only while it
+    // holds the bytes of the SHA-256 the listing offers.
+    let opened = crate::image_files::open_off_runtime(
+        &state.config.images_dir,
+        std::path::Path::new(&file.path),
+    )
+    .await
+    .map_err(|e| {
+        tracing::error!(update = %uuid, filename = %file.filename, error = %e, "update file unreadable");
+        IncusError::internal()
+    })?
+    .ok_or_else(|| {
+        tracing::error!(update = %uuid, filename = %file.filename,
+                "update file not a regular file inside the images directory; not served");
+        IncusError::not_found("update file")
+    })?;
+    let size = opened.size;
+    let verdict = if size != file.size_bytes as u64 {
+        crate::image_files::Verdict::Changed
+    } else {
+        let key = format!("update/{uuid}/{}", file.filename);
+        state
+            .rechecks
+            .check(&key, &opened, file.file_stamp.as_deref(), &file.sha256)
+            .await
+            .map_err(|e| {
+                tracing::error!(update = %uuid, filename = %file.filename, error = %e, "update file unreadable");
+                IncusError::internal()
+            })?
     };
-    let size = tokio::fs::metadata(&path)
-        .await
-        .map(|m| m.len())
-        .unwrap_or(u64::MAX);
-    if size != file.size_bytes as u64 {
-        tracing::error!(update = %uuid, filename = %file.filename, size, expected = file.size_bytes,
-            "update file changed since it was published; not served");
-        return Err(IncusError::not_found("update file"));
+    match verdict {
+        crate::image_files::Verdict::Unchanged => {}
+        crate::image_files::Verdict::Rehashed(stamp) => {
+            if let Err(error) = state
+                .store
+                .restamp_update_file(uuid, &file.filename, stamp.as_str())
+                .await
+            {
+                tracing::warn!(update = %uuid, filename = %file.filename, %error,
+                    "could not record the file's new stamp; it is hashed again at the next start");
+            }
+        }
+        crate::image_files::Verdict::Changed => {
+            tracing::error!(update = %uuid, filename = %file.filename, size, expected = file.size_bytes,
+                "update file changed since it was published; not served");
+            return Err(IncusError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "update file {} changed since it was published and no longer has its SHA-256; publish it again",
+                    file.filename
+                ),
+            ));
+        }
     }
     let (status, start, len) =
         match plan_ranges(headers.get(header::RANGE).map(HeaderValue::as_bytes), size, 1) {
@@ -342,10 +381,11 @@ pub async fn download(
     let body = if method == Method::HEAD {
         Body::empty()
     } else {
-        let mut reader = tokio::fs::File::open(&path).await.map_err(|e| {
+        let handle = opened.file.try_clone().map_err(|e| {
             tracing::error!(update = %uuid, filename = %file.filename, error = %e, "update file unreadable");
             IncusError::internal()
         })?;
+        let mut reader = tokio::fs::File::from_std(handle);
         reader
             .seek(std::io::SeekFrom::Start(start))
             .await

@@ -326,7 +326,8 @@ async fn catalog_round_trip_and_validation() {
         .await;
     assert_eq!(s, 204);
 
-    // Images and settings. A path is absolute or relative to the images directory, and stored resolved.
+    // Images and settings. A path is absolute or relative to the images directory, and stored under its
+    // canonical path.
     let file = std::fs::canonicalize(api.seedable_image(common::IMAGE_MIN)).unwrap();
     let relative = file.file_name().unwrap().to_str().unwrap();
     let image = json!({ "type": "iso", "architecture": "x86_64", "channel": "stable", "path": relative,
@@ -336,7 +337,7 @@ async fn catalog_round_trip_and_validation() {
         .await;
     assert_eq!((s, code(&v), field(&v)), (400, "invalid_field", Some("sha256")));
     let mut image = image;
-    image["sha256"] = json!("a".repeat(64));
+    image["sha256"] = json!(racklift_store::sha256_hex(&std::fs::read(&file).unwrap()));
     let (s, v) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
     assert_eq!((s, v["path"].as_str()), (201, file.to_str()), "{v}");
     let (s, v) = api

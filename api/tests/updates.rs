@@ -277,8 +277,10 @@ async fn a_registered_server_fetches_verifies_and_stages_a_published_update() {
     assert_eq!(app["metadata"]["state"]["version"], VERSION, "{app}");
 }
 
+/// racklift hashes a file changed since it was published before serving it, so the tampered file never reaches
+/// the server; the server's check fails naming it, and nothing is staged.
 #[tokio::test]
-async fn a_tampered_file_is_refused_by_the_simulator_and_nothing_is_staged() {
+async fn a_tampered_file_is_refused_and_nothing_is_staged() {
     let api = Api::start_tls().await;
     let (_, paths) = publish(&api, &update_files()).await;
     // Same size, other bytes: only the SHA-256 tells.
@@ -291,7 +293,7 @@ async fn a_tampered_file_is_refused_by_the_simulator_and_nothing_is_staged() {
     assert_eq!(state["needs_reboot"], false, "{state}");
     let status = state["status"].as_str().unwrap_or_default();
     assert!(
-        status.contains("SHA-256") && status.contains("usr-x86-64."),
+        status.contains("HTTP 503") && status.contains("usr-x86-64."),
         "{state}"
     );
     assert!(sim.truth(0)["os"]["staged_version"].is_null());
@@ -649,6 +651,56 @@ async fn update_files_honour_range_and_content_length() {
     assert_eq!((s, v["type"].as_str()), (404, Some("error")), "{v}");
 }
 
+/// The SHA-256 the catalog lists is the one of the bytes served: a file rewritten in place at the same size is
+/// refused (naming the file, not its path) until it holds its published bytes again. A file published without a
+/// `sha256` is listed with the one racklift computed.
+#[tokio::test]
+async fn a_file_rewritten_in_place_is_not_served_with_its_old_digest() {
+    let api = Api::start_tls().await;
+    let files = update_files();
+    let (mut body, paths) = publish_body(&api, VERSION, &["stable"], &files);
+    body["files"][0].as_object_mut().unwrap().remove("sha256");
+    let (s, v) = api
+        .call(Method::POST, "/1.0/provisioning/updates", ADMIN, Some(body))
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let uuid = v["uuid"].as_str().unwrap().to_owned();
+    let listing = get_json(
+        &first_boot_client(&api),
+        format!("{}/1.0/provisioning/updates/{uuid}/files", api.base),
+    )
+    .await;
+    let listed: Vec<OperationsCenterUpdateFile> = incusos_metadata(&listing);
+    let first = listed.iter().find(|f| f.filename == files[0].0).expect("listed");
+    assert_eq!(
+        first.sha256,
+        sha256(&files[0].1),
+        "racklift's own digest is listed"
+    );
+
+    let url = format!("/1.0/provisioning/updates/{uuid}/files/{}", files[0].0);
+    let download = || async { api.req(Method::GET, &url, None).send().await.unwrap() };
+    assert_eq!(
+        download().await.bytes().await.unwrap().as_ref(),
+        files[0].1.as_slice()
+    );
+    let mut changed = files[0].1.clone();
+    changed[100] ^= 0xff;
+    common::rewrite_in_place(&paths[0], &changed);
+    let (s, v) = read(download().await).await;
+    assert_eq!((s, v["type"].as_str()), (503, Some("error")), "{v}");
+    let text = v.to_string();
+    assert!(text.contains(files[0].0), "named by its catalog name: {text}");
+    for dir in [api.dirs.images(), api.dirs.base.clone()] {
+        assert!(!text.contains(&dir.display().to_string()), "a host path: {text}");
+    }
+
+    common::rewrite_in_place(&paths[0], &files[0].1);
+    let served = download().await;
+    assert_eq!(served.status(), 200);
+    assert_eq!(sha256(&served.bytes().await.unwrap()), first.sha256);
+}
+
 #[tokio::test]
 async fn a_bad_file_or_a_sha_mismatch_is_refused_naming_the_field() {
     let api = Api::start().await;
@@ -746,7 +798,7 @@ async fn a_deployment_whose_channel_offers_no_incus_for_its_architecture_is_refu
     let size = std::fs::metadata(&image_path).unwrap().len();
     for (arch, channel) in [("aarch64", "stable"), ("x86_64", "edge")] {
         let image = json!({ "type": "iso", "architecture": arch, "channel": channel, "path": image_path,
-            "size_bytes": size, "sha256": "0".repeat(64) });
+            "size_bytes": size });
         let (s, v) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
         assert_eq!(s, 201, "{v}");
     }

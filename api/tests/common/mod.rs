@@ -315,7 +315,7 @@ pub async fn deploy_catalog(api: &Api, image_len: usize) -> (String, String) {
     let path = std::fs::canonicalize(api.seedable_image(image_len)).expect("the image path");
     let size = std::fs::metadata(&path).expect("the image").len();
     let image = json!({ "type": "iso", "architecture": "x86_64", "channel": "stable",
-                        "path": path.display().to_string(), "size_bytes": size, "sha256": "0".repeat(64) });
+                        "path": path.display().to_string(), "size_bytes": size });
     let (s, v) = api.call(Method::POST, "/1.0/images", ADMIN, Some(image)).await;
     assert_eq!(s, 201, "{v}");
     publish_incus(api, "202611010000", "stable").await;
@@ -368,4 +368,27 @@ pub async fn set_public_address(api: &Api) {
         )
         .await;
     assert_eq!(s, 200);
+}
+
+/// Rewrites `path` in place (same inode, same size) with `bytes`, until its change time has moved: what tells
+/// racklift the file changed, whatever the clock's granularity.
+pub fn rewrite_in_place(path: &std::path::Path, bytes: &[u8]) {
+    use std::os::unix::fs::MetadataExt;
+    let ctime = |m: &std::fs::Metadata| (m.ctime(), m.ctime_nsec());
+    let before = std::fs::metadata(path).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        std::io::Write::write_all(&mut file, bytes).unwrap();
+        drop(file);
+        let after = std::fs::metadata(path).unwrap();
+        assert_eq!(
+            (after.ino(), after.len()),
+            (before.ino(), before.len()),
+            "rewritten in place"
+        );
+        if ctime(&after) != ctime(&before) || std::time::Instant::now() > deadline {
+            break;
+        }
+    }
 }

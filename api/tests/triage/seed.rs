@@ -39,11 +39,15 @@ impl Seed {
                     channel: "stable".into(),
                     path: "/nonexistent/incusos.img".into(),
                     size_bytes: IMAGE_SIZE as i64,
-                    sha256: "0".repeat(64),
+                    sha256: None,
                 },
-                racklift_store::ImageFormat::Disk,
-                1 << 20,
-                1 << 20,
+                &racklift_store::ImageFile {
+                    sha256: "0".repeat(64),
+                    file_stamp: None,
+                    format: racklift_store::ImageFormat::Disk,
+                    seed_offset: 1 << 20,
+                    seed_capacity: 1 << 20,
+                },
             )
             .await
             .expect("image");

@@ -5,10 +5,14 @@
 //! secret meant for a BMC, never an arbitrary file or variable of the host:
 //!
 //! - `file:NAME`: NAME is relative to the secrets directory (`paths.secrets_dir`), made of non-empty
-//!   `/`-separated components of `[A-Za-z0-9._-]`, none `.` or `..`. The joined path, symbolic links resolved,
-//!   must stay inside the directory: a Kubernetes Secret volume's links to `..data/…` do, a link to `/etc` does
-//!   not. The file is opened non-blocking (a FIFO cannot hang the read), must be a regular file, and is read up
-//!   to [`MAX_SECRET_BYTES`]; trailing CR and LF are dropped.
+//!   `/`-separated components of `[A-Za-z0-9._-]`, none `.` or `..`. The name is opened beneath the directory's
+//!   open handle by the kernel in one step ([`racklift_confined`]: `openat2` with `RESOLVE_BENEATH`), never by a
+//!   path checked first and opened afterwards, so a component swapped for a link meanwhile cannot lead out.
+//!   Symbolic links that stay beneath the directory are followed (a Kubernetes Secret volume's links to
+//!   `..data/…`); a link out of it (to `/etc`, an absolute link, `..` above it) is refused, and on a kernel
+//!   without `openat2` (before Linux 5.6) every link is refused. The file is opened non-blocking (a FIFO cannot
+//!   hang the read), must be a regular file by `fstat` of the open handle, and is read up to
+//!   [`MAX_SECRET_BYTES`]; trailing CR and LF are dropped.
 //! - `env:NAME`: NAME is a variable name that starts with the secret prefix (`paths.secret_env_prefix`), so
 //!   `DATABASE_URL` or `HOME` cannot be sent to a BMC.
 //!
@@ -17,10 +21,10 @@
 //! place) or a value read.
 
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use racklift_confined::{Access, Beneath, OpenError};
 use racklift_redfish::Secret;
 
 /// Where `file:` references live unless `paths.secrets_dir` says otherwise.
@@ -54,7 +58,8 @@ pub enum SecretError {
         #[source]
         source: std::io::Error,
     },
-    /// The name resolves (through a symbolic link) to something outside the secrets directory.
+    /// The name resolves (through a symbolic link, or `..` after one) to something outside the secrets directory,
+    /// or through any link on a kernel without `openat2`.
     #[error("file:{name} leads outside the secrets directory")]
     Outside { name: String },
     #[error("file:{name} cannot be read")]
@@ -277,29 +282,28 @@ async fn off_runtime<T: Send + 'static>(
     }
 }
 
-/// The canonical path `name` resolves to, inside the canonical secrets directory.
-fn locate(dir: &Path, name: &str) -> Result<PathBuf, SecretError> {
-    let root = std::fs::canonicalize(dir).map_err(|source| SecretError::DirUnavailable {
+/// Opens `name` beneath the secrets directory's handle ([`racklift_confined`]): the kernel resolves the whole name
+/// from the directory in one step, so no component swapped for a link meanwhile can lead out of it.
+fn open_beneath(dir: &Path, name: &str, access: Access) -> Result<std::fs::File, SecretError> {
+    let root = Beneath::open(dir).map_err(|source| SecretError::DirUnavailable {
         dir: dir.to_owned(),
         source,
     })?;
-    let path = std::fs::canonicalize(root.join(name)).map_err(|source| SecretError::Unreadable {
-        name: name.to_owned(),
-        source,
-    })?;
-    if path.starts_with(&root) {
-        Ok(path)
-    } else {
-        Err(SecretError::Outside {
+    root.file(Path::new(name), access).map_err(|e| match e {
+        OpenError::Outside => SecretError::Outside {
             name: name.to_owned(),
-        })
-    }
+        },
+        OpenError::Io(source) => SecretError::Unreadable {
+            name: name.to_owned(),
+            source,
+        },
+    })
 }
 
-/// What [`Secrets::check`] looks at: the file's type and size from `stat`, without opening it.
+/// What [`Secrets::check`] looks at: the file's type and size, from a handle opened only to look (`O_PATH`).
 fn inspect(dir: &Path, name: &str) -> Result<(), SecretError> {
-    let path = locate(dir, name)?;
-    let meta = std::fs::metadata(&path).map_err(|source| SecretError::Unreadable {
+    let file = open_beneath(dir, name, Access::Look)?;
+    let meta = file.metadata().map_err(|source| SecretError::Unreadable {
         name: name.to_owned(),
         source,
     })?;
@@ -320,20 +324,15 @@ fn regular_and_small(meta: &std::fs::Metadata, name: &str) -> Result<(), SecretE
     Ok(())
 }
 
-/// Opens and reads the secret file `name`. The canonical path is opened with `O_NOFOLLOW` (a link swapped in
-/// after the check is not followed), `O_NONBLOCK` (a FIFO does not wait for a writer) and `O_NOCTTY`; the type is
-/// then taken from the open handle, so what is read is what was checked.
+/// Opens and reads the secret file `name` beneath the directory, non-blocking (a FIFO does not wait for a writer)
+/// and without adopting a terminal; the type is then taken from the open handle, so what is read is what was
+/// checked.
 fn read_file(dir: &Path, name: &str) -> Result<Vec<u8>, SecretError> {
-    let path = locate(dir, name)?;
+    let file = open_beneath(dir, name, Access::Read)?;
     let unreadable = |source| SecretError::Unreadable {
         name: name.to_owned(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(unreadable)?;
     let meta = file.metadata().map_err(unreadable)?;
     regular_and_small(&meta, name)?;
     let mut bytes = Vec::with_capacity(64);

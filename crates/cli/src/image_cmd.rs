@@ -96,7 +96,7 @@ async fn add(client: &Client, args: AddArgs) -> anyhow::Result<()> {
         channel: args.channel,
         path: path.display().to_string(),
         size_bytes: i64::try_from(size).context("the image is too large")?,
-        sha256: digest,
+        sha256: Some(digest),
     };
     let image = client
         .post("/1.0/images", &serde_json::to_value(&body)?, |r| r)

@@ -101,7 +101,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             filename,
             path: path.display().to_string(),
             size: i64::try_from(size).context("the file is too large")?,
-            sha256,
+            sha256: Some(sha256),
             component: c.component,
             file_type: c.file_type.to_owned(),
             architecture,

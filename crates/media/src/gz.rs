@@ -14,18 +14,33 @@ use sha2::{Digest, Sha256};
 /// The gzip magic (RFC 1952, ID1 ID2).
 const MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-/// Whether the file at `path` is a gzip stream, by its first two bytes (not its name).
-pub fn is_gzip(path: &Path) -> std::io::Result<bool> {
+/// Whether the open `file` is a gzip stream, by its first two bytes (not its name); positioned reads, so the
+/// handle's offset is left alone.
+pub fn is_gzip(file: &std::fs::File) -> std::io::Result<bool> {
     let mut head = [0u8; 2];
-    let mut file = std::fs::File::open(path)?;
+    let mut reader = At { file, at: 0 };
     let mut read = 0;
     while read < head.len() {
-        match file.read(&mut head[read..])? {
+        match reader.read(&mut head[read..])? {
             0 => return Ok(false),
             n => read += n,
         }
     }
     Ok(head == MAGIC)
+}
+
+/// An open file read from `at` onwards with positioned reads.
+struct At<'a> {
+    file: &'a std::fs::File,
+    at: u64,
+}
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = std::os::unix::fs::FileExt::read_at(self.file, buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
 }
 
 /// Where the decompressed copy of `path` goes: beside it, without `.gz` (`x.iso.gz` → `x.iso`); a compressed
@@ -52,11 +67,12 @@ pub struct Gunzipped {
     pub sha256: String,
 }
 
-/// Decompresses the gzip file `src` to [`raw_path`]`(src)`: written to a temporary file in the same directory
+/// Decompresses the gzip file open as `input`, whose path is `src`, to [`raw_path`]`(src)`: read from the handle
+/// (the file that was checked, whatever its path leads to now), written to a temporary file in the same directory
 /// and renamed over the destination once complete and synced, so a reader never sees half an image and a
 /// failed decompression leaves nothing behind. Concatenated gzip members are read as one stream, as `gunzip`
 /// reads them.
-pub fn gunzip_beside(src: &Path) -> std::io::Result<Gunzipped> {
+pub fn gunzip_beside(input: &std::fs::File, src: &Path) -> std::io::Result<Gunzipped> {
     let dest = raw_path(src);
     let dir = dest.parent().unwrap_or(Path::new("."));
     let name = dest
@@ -65,7 +81,7 @@ pub fn gunzip_beside(src: &Path) -> std::io::Result<Gunzipped> {
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.partial", std::process::id()));
     let result = (|| {
-        let mut input = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(std::fs::File::open(src)?));
+        let mut input = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(At { file: input, at: 0 }));
         let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 1 << 20];
@@ -125,19 +141,20 @@ mod tests {
             compressed.extend(enc.finish().unwrap());
         }
         std::fs::write(&src, &compressed).unwrap();
-        assert!(is_gzip(&src).unwrap());
-        let out = gunzip_beside(&src).unwrap();
+        let open = |p: &Path| std::fs::File::open(p).unwrap();
+        assert!(is_gzip(&open(&src)).unwrap());
+        let out = gunzip_beside(&open(&src), &src).unwrap();
         assert_eq!(out.path, dir.join("IncusOS_1.img"));
         assert_eq!(out.size, raw.len() as u64);
         assert_eq!(std::fs::read(&out.path).unwrap(), raw);
         let digest: String = Sha256::digest(&raw).iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(out.sha256, digest);
-        assert!(!is_gzip(&out.path).unwrap());
+        assert!(!is_gzip(&open(&out.path)).unwrap());
 
         // A truncated stream fails and leaves no partial file.
         let cut = dir.join("cut.img.gz");
         std::fs::write(&cut, &compressed[..compressed.len() / 3]).unwrap();
-        assert!(gunzip_beside(&cut).is_err());
+        assert!(gunzip_beside(&open(&cut), &cut).is_err());
         let leftovers: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .filter_map(|e| e.ok())

@@ -269,8 +269,23 @@ pub struct NewImage {
     pub path: String,
     #[schema(minimum = 0)]
     pub size_bytes: i64,
+    /// The file's SHA-256 as its publisher states it, checked against the one racklift computes (422
+    /// `sha256_mismatch` naming `sha256` when they differ); racklift's own is recorded either way.
+    #[serde(default)]
     #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub sha256: Option<String>,
+}
+
+/// What racklift measured of an image's file when registering it: the digest of the bytes that will be served,
+/// what identified them then, and where partition 2 lies.
+#[derive(Debug, Clone)]
+pub struct ImageFile {
     pub sha256: String,
+    /// `racklift_confined::FileStamp` as text; `None` has the first request hash the file.
+    pub file_stamp: Option<String>,
+    pub format: ImageFormat,
+    pub seed_offset: i64,
+    pub seed_capacity: i64,
 }
 
 fn or_empty(v: &Value) -> Value {
@@ -540,19 +555,13 @@ impl Store {
 
     // --- images -----------------------------------------------------------------------------------------------
 
-    /// Registers an image of `format` whose partition 2 (read from its partition table by the caller) starts at
-    /// `seed_offset` and holds `seed_capacity` bytes.
-    pub async fn create_image(
-        &self,
-        i: &NewImage,
-        format: ImageFormat,
-        seed_offset: i64,
-        seed_capacity: i64,
-    ) -> Result<Image, StoreError> {
+    /// Registers an image as the caller measured its file (`file`: digest, stamp, format, where partition 2
+    /// starts and how much it holds).
+    pub async fn create_image(&self, i: &NewImage, file: &ImageFile) -> Result<Image, StoreError> {
         let name = format!("{}/{}/{}", i.image_type, i.architecture, i.channel);
         sqlx::query_as(
             "INSERT INTO images (type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, \
-             format) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             format, file_stamp) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              RETURNING id, type, architecture, channel, path, size_bytes, sha256, seed_offset, seed_capacity, format, created_at",
         )
         .bind(&i.image_type)
@@ -560,13 +569,24 @@ impl Store {
         .bind(&i.channel)
         .bind(&i.path)
         .bind(i.size_bytes)
-        .bind(&i.sha256)
-        .bind(seed_offset)
-        .bind(seed_capacity)
-        .bind(format.as_str())
+        .bind(&file.sha256)
+        .bind(file.seed_offset)
+        .bind(file.seed_capacity)
+        .bind(file.format.as_str())
+        .bind(&file.file_stamp)
         .fetch_one(&self.pool)
         .await
         .map_err(StoreError::on_unique("image", &name))
+    }
+
+    /// Records what identifies image `id`'s bytes now, after they were hashed again and still matched.
+    pub async fn restamp_image(&self, id: i64, file_stamp: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE images SET file_stamp = $2 WHERE id = $1")
+            .bind(id)
+            .bind(file_stamp)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     pub async fn images(&self) -> Result<Vec<Image>, StoreError> {

@@ -21,8 +21,8 @@ mod updates;
 
 pub use bmc_actions::{BMC_ACTION_KIND, BmcAction, BmcActionPayload, bmc_action_request_key};
 pub use catalog::{
-    ApiToken, ApiTokenInfo, BiosProfile, Image, ImageFormat, NewBiosProfile, NewImage, NewSeed, NewToken,
-    PUBLIC_ADDRESS, ProvisioningToken, Role, Seed,
+    ApiToken, ApiTokenInfo, BiosProfile, Image, ImageFile, ImageFormat, NewBiosProfile, NewImage, NewSeed,
+    NewToken, PUBLIC_ADDRESS, ProvisioningToken, Role, Seed,
 };
 pub use clusters::{
     Cluster, ClusterOperation, ClusterStep, EndpointTrust, IncusEndpoint, NewCluster, OperationControl,

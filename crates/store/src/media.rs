@@ -37,8 +37,11 @@ pub struct ApiFacts {
 pub struct MediaTarget {
     pub deployment_id: i64,
     pub finished: bool,
+    pub image_id: i64,
     pub path: String,
     pub image_sha256: String,
+    /// What identified the image's bytes when they were last hashed.
+    pub file_stamp: Option<String>,
     /// Where the seed goes and what it is; `None` for a deployment made before seeded media.
     pub seed_offset: Option<i64>,
     pub seed_archive: Option<Vec<u8>>,
@@ -141,8 +144,8 @@ impl Store {
     /// The deployment and image file a media secret leads to.
     pub async fn media_target(&self, secret: &str) -> Result<Option<MediaTarget>, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT d.id AS deployment_id, d.finished_at IS NOT NULL AS finished, i.path, i.sha256 AS image_sha256, \
-                    i.seed_offset, d.seed_archive \
+            "SELECT d.id AS deployment_id, d.finished_at IS NOT NULL AS finished, i.id AS image_id, i.path, \
+                    i.sha256 AS image_sha256, i.file_stamp, i.seed_offset, d.seed_archive \
              FROM deployments d JOIN images i ON i.id = d.image_id WHERE d.media_secret = $1",
         )
         .bind(secret)

@@ -31,8 +31,12 @@ pub struct UpdateFile {
     /// `x86_64`, `aarch64`, or empty for any.
     pub architecture: String,
     pub sha256: String,
-    /// The canonical path inside the images directory.
+    /// The path inside the images directory, opened beneath it at every download.
     pub path: String,
+    /// What identified the file's bytes when they were last hashed (`racklift_confined::FileStamp`); `None` has
+    /// the next download hash it.
+    #[serde(skip)]
+    pub file_stamp: Option<String>,
 }
 
 /// An update to publish with its files; the API has checked every file against its path.
@@ -45,7 +49,7 @@ pub struct NewUpdate {
 }
 
 const UPDATE_COLUMNS: &str = "uuid, version, channels, published_at, published_by";
-const FILE_COLUMNS: &str = "filename, size_bytes, component, type, architecture, sha256, path";
+const FILE_COLUMNS: &str = "filename, size_bytes, component, type, architecture, sha256, path, file_stamp";
 
 impl Store {
     /// Records an update and its files in one transaction; a version published before is a conflict.
@@ -63,7 +67,7 @@ impl Store {
         for f in &new.files {
             let inserted = sqlx::query(
                 "INSERT INTO update_files (update_uuid, filename, size_bytes, component, type, architecture, \
-                 sha256, path) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                 sha256, path, file_stamp) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .bind(update.uuid)
             .bind(&f.filename)
@@ -73,6 +77,7 @@ impl Store {
             .bind(&f.architecture)
             .bind(&f.sha256)
             .bind(&f.path)
+            .bind(&f.file_stamp)
             .execute(&mut *tx)
             .await
             .map_err(StoreError::on_unique("update file", &f.filename))?;
@@ -115,6 +120,22 @@ impl Store {
         .bind(uuid)
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    /// Records what identifies an update file's bytes now, after they were hashed again and still matched.
+    pub async fn restamp_update_file(
+        &self,
+        uuid: Uuid,
+        filename: &str,
+        file_stamp: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE update_files SET file_stamp = $3 WHERE update_uuid = $1 AND filename = $2")
+            .bind(uuid)
+            .bind(filename)
+            .bind(file_stamp)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     pub async fn update_file(&self, uuid: Uuid, filename: &str) -> Result<Option<UpdateFile>, StoreError> {

@@ -277,3 +277,62 @@ async fn a_file_rotated_in_place_is_read_anew() {
     scratch.write("bmc", b"second\n");
     assert_eq!(secrets.resolve("file:bmc").await.unwrap().expose(), "second");
 }
+
+/// A sub-directory of the secrets directory swapped for a link to a directory outside (holding a file of the same
+/// name) as fast as a thread can, while the secret is read through `resolve` thousands of times for seconds: no
+/// read ever returns the outside file. Checking the name and then opening it would follow the link now and then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_swapped_for_a_link_never_leads_outside() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let scratch = Scratch::new();
+    scratch.write("rack/bmc", b"inside\n");
+    let outside = scratch.base.join("elsewhere");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("bmc"), "outside\n").unwrap();
+    let secrets = rules(&scratch.secrets(), DEFAULT_ENV_PREFIX);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let swapper = {
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        let (rack, parked) = (scratch.secrets().join("rack"), scratch.base.join("rack-parked"));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                // A step failing (the scratch directory gone after a failed assertion) ends the swapping; the
+                // count of swaps says whether it ran.
+                let swapped = std::fs::rename(&rack, &parked)
+                    .and_then(|()| std::os::unix::fs::symlink(&outside, &rack))
+                    .and_then(|()| std::fs::remove_file(&rack))
+                    .and_then(|()| std::fs::rename(&parked, &rack));
+                if swapped.is_err() {
+                    return;
+                }
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    let (mut reads, mut inside) = (0u64, 0u64);
+    while (reads < 5000 || started.elapsed() < Duration::from_secs(3))
+        && started.elapsed() < Duration::from_secs(30)
+    {
+        if let Ok(secret) = secrets.resolve("file:rack/bmc").await {
+            assert_eq!(
+                secret.expose(),
+                "inside",
+                "read {reads} returned the file outside the secrets directory"
+            );
+            inside += 1;
+        }
+        reads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().expect("the swapper ends");
+    let swaps = swaps.load(Ordering::Relaxed);
+    // The race was run: the directory moved many times, and reads went through between the swaps.
+    assert!(
+        reads >= 5000 && swaps >= 1000 && inside > 0,
+        "reads {reads}, swaps {swaps}, inside {inside}"
+    );
+}
