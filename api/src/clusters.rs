@@ -86,7 +86,11 @@ pub struct UpdateRequest {
     #[schema(schema_with = application_names, example = json!([]))]
     pub applications: Vec<String>,
     /// Start no member before this time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "racklift_store::rfc3339::option::deserialize"
+    )]
     #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-24T22:00:00Z")]
     pub not_before: Option<chrono::DateTime<chrono::Utc>>,
     /// Start members only inside this daily window (UTC); one in flight when it closes is finished.
@@ -108,7 +112,11 @@ pub struct ControlRequest {
 #[serde(deny_unknown_fields)]
 pub struct RebootRequest {
     /// Start no member before this time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "racklift_store::rfc3339::option::deserialize"
+    )]
     #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-24T22:00:00Z")]
     pub not_before: Option<chrono::DateTime<chrono::Utc>>,
     /// Start members only inside this daily window (UTC); one in flight when it closes is finished.

@@ -29,7 +29,7 @@ const SELF_ACTION: &str = "/_action/self";
             durable jobs; errors carry a stable `code` and the offending `field`."
     ),
     modifiers(&BearerAuth),
-    components(schemas(crate::views::BmcActionAccepted)),
+    components(schemas(crate::views::BmcActionAccepted, crate::triage::Status)),
     tags(
         (name = "servers", description = "The server catalog"),
         (name = "catalog", description = "Provisioning tokens, seeds, BIOS profiles, images, settings"),
