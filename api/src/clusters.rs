@@ -85,7 +85,7 @@ pub struct UpdateRequest {
     #[serde(default)]
     #[schema(schema_with = application_names, example = json!([]))]
     pub applications: Vec<String>,
-    /// Start no member before this time.
+    /// Start no member before this time (RFC 3339, at most 9999-12-31T23:59:59Z).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -111,7 +111,7 @@ pub struct ControlRequest {
 #[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RebootRequest {
-    /// Start no member before this time.
+    /// Start no member before this time (RFC 3339, at most 9999-12-31T23:59:59Z).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

@@ -121,8 +121,9 @@ pub struct RegisteredMetadata {
             not name, or a spent provisioning token; `metadata` holds the code and the field", body = IncusErrorBody),
         (status = 409, description = "The deployment's installer has not finished (`install_not_finished`); \
             IncusOS retries on its restart loop", body = IncusErrorBody),
-        (status = 422, description = "The path or query holds a NUL character (`%00`)",
-            body = crate::error::ErrorBody)))]
+        (status = 422, description = "The path or query holds a NUL character (`%00`), in the operator API's \
+            shape; or a body value the database could not keep (`number_too_large`), in the envelope",
+            body = crate::incus_envelope::EnvelopeUnprocessable)))]
 pub async fn register(
     State(state): State<AppState>,
     peer: Option<Extension<PeerCertificate>>,
