@@ -138,3 +138,39 @@ fn a_state_filter_names_the_deployment_states() {
         assert_eq!(names, states, "{at}");
     }
 }
+
+/// `:media`'s body is one of two shapes, as the handler takes it: `insert` with an `image_url`, `eject` without;
+/// the document allowed `insert` alone and `eject` with a URL, which the handler refuses 422.
+#[test]
+fn a_media_action_body_is_documented_in_the_two_shapes_taken() {
+    let doc = serde_json::to_value(racklift_api::openapi::document()).expect("serialise");
+    let body = &doc["paths"]["/1.0/provisioning/servers/{name}:media"]["post"]["requestBody"]["content"]["application/json"]
+        ["schema"];
+    let schema = match body["$ref"].as_str() {
+        Some(r) => doc.pointer(r.trim_start_matches('#')).expect("defined").clone(),
+        None => body.clone(),
+    };
+    let shapes = schema["oneOf"].as_array().unwrap_or_else(|| panic!("{schema}"));
+    let shape = |verb: &str| {
+        shapes
+            .iter()
+            .find(|s| s["properties"]["action"]["enum"] == serde_json::json!([verb]))
+            .unwrap_or_else(|| panic!("no {verb} shape in {schema}"))
+    };
+    let (insert, eject) = (shape("insert"), shape("eject"));
+    assert_eq!(
+        insert["required"],
+        serde_json::json!(["action", "image_url"]),
+        "{insert}"
+    );
+    assert_eq!(insert["properties"]["image_url"]["type"], "string", "{insert}");
+    assert!(
+        insert["properties"]["image_url"]["pattern"].is_string(),
+        "{insert}"
+    );
+    assert_eq!(eject["required"], serde_json::json!(["action"]), "{eject}");
+    assert_eq!(eject["properties"]["image_url"]["type"], "null", "{eject}");
+    for s in [insert, eject] {
+        assert_eq!(s["additionalProperties"], false, "{s}");
+    }
+}
