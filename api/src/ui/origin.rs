@@ -6,8 +6,10 @@
 //! - `Sec-Fetch-Site`, when sent (every current browser sends it), must be `same-origin` or `none` (typed into the
 //!   address bar, a bookmark);
 //! - `Origin`, when sent, must name this dashboard: its `host[:port]` is the request's `Host` (a reverse proxy in
-//!   front must pass `Host` through, as it must for the links the pages hold); `Origin: null` (a sandboxed frame,
-//!   a redirect across sites) is refused;
+//!   front must pass `Host` through, as it must for the links the pages hold). `Origin: null` is what a browser
+//!   sends for the dashboard's own form under its `Referrer-Policy: no-referrer`, and also from a sandboxed frame
+//!   or after a redirect across sites: it is accepted only when `Sec-Fetch-Site` vouches for the post, so a
+//!   browser too old for that header (Safari before 16.4) cannot log in from the form;
 //! - a request with neither (curl, a script, a browser too old for both) is accepted: only a browser carries a
 //!   victim's cookies, and a browser that sends neither header is not one an attacker can rely on.
 
@@ -15,7 +17,8 @@ use axum::http::{HeaderMap, header};
 
 /// Why a form post is refused as cross-site, in words for the error page; `None` when it is not.
 pub fn cross_site(headers: &HeaderMap) -> Option<String> {
-    if let Some(site) = headers.get("sec-fetch-site") {
+    let fetch_site = headers.get("sec-fetch-site");
+    if let Some(site) = fetch_site {
         let site = site.to_str().unwrap_or_default();
         if !matches!(site, "same-origin" | "none") {
             return Some(format!(
@@ -25,6 +28,9 @@ pub fn cross_site(headers: &HeaderMap) -> Option<String> {
     }
     let origin = headers.get(header::ORIGIN)?;
     let origin = origin.to_str().unwrap_or_default();
+    if origin == "null" && fetch_site.is_some() {
+        return None;
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -72,6 +78,11 @@ mod tests {
                 ("sec-fetch-site", "same-origin"),
             ][..],
             &[("sec-fetch-site", "none")][..],
+            &[
+                ("host", "racklift.example"),
+                ("origin", "null"),
+                ("sec-fetch-site", "same-origin"),
+            ][..],
         ] {
             assert_eq!(cross_site(&headers(ok)), None, "{ok:?}");
         }
