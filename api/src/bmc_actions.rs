@@ -41,17 +41,63 @@ pub enum MediaVerb {
 }
 
 /// Insert an image (`image_url` required), or eject (`image_url` refused).
-#[derive(Deserialize, ToSchema)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MediaRequest {
     action: MediaVerb,
     /// The image to insert; only with `insert` (422 otherwise).
-    #[schema(
-        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$",
-        example = "https://racklift.example.net/media/x/incusos.img"
-    )]
     image_url: Option<String>,
 }
+
+/// `validate::http_url`'s rule as a pattern.
+const IMAGE_URL_PATTERN: &str = r"^[Hh][Tt][Tt][Pp][Ss]?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~!$&()*+,;=:@%/-]*)?$";
+
+/// The two shapes of [`MediaRequest`] as `oneOf`, so the document says what the handler takes: `insert` with an
+/// `image_url`, `eject` without one (absent or `null`).
+impl utoipa::PartialSchema for MediaRequest {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, OneOfBuilder, Type};
+        let action = |verb: &str| {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some([verb]))
+        };
+        let shape = |verb: &str, image_url: ObjectBuilder| {
+            let required = if verb == "insert" {
+                vec!["action", "image_url"]
+            } else {
+                vec!["action"]
+            };
+            required
+                .into_iter()
+                .fold(ObjectBuilder::new(), |o, r| o.required(r))
+                .schema_type(Type::Object)
+                .property("action", action(verb))
+                .property("image_url", image_url)
+                .additional_properties(Some(
+                    AdditionalProperties::<utoipa::openapi::schema::Schema>::FreeForm(false),
+                ))
+        };
+        let insert = shape(
+            "insert",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(IMAGE_URL_PATTERN))
+                .description(Some("The image to insert."))
+                .examples(["https://racklift.example.net/media/x/incusos.img"]),
+        );
+        let eject = shape("eject", ObjectBuilder::new().schema_type(Type::Null));
+        OneOfBuilder::new()
+            .item(insert)
+            .item(eject)
+            .description(Some(
+                "Insert an image (`image_url` required), or eject (no `image_url`).",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for MediaRequest {}
 
 pub fn power_action(req: PowerRequest) -> BmcAction {
     match req.action {

@@ -85,8 +85,12 @@ pub struct UpdateRequest {
     #[serde(default)]
     #[schema(schema_with = application_names, example = json!([]))]
     pub applications: Vec<String>,
-    /// Start no member before this time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Start no member before this time (RFC 3339, at most 9999-12-31T23:59:59Z).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "racklift_store::rfc3339::option::deserialize"
+    )]
     #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-24T22:00:00Z")]
     pub not_before: Option<chrono::DateTime<chrono::Utc>>,
     /// Start members only inside this daily window (UTC); one in flight when it closes is finished.
@@ -107,8 +111,12 @@ pub struct ControlRequest {
 #[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RebootRequest {
-    /// Start no member before this time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Start no member before this time (RFC 3339, at most 9999-12-31T23:59:59Z).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "racklift_store::rfc3339::option::deserialize"
+    )]
     #[schema(value_type = Option<String>, format = DateTime, example = "2026-12-24T22:00:00Z")]
     pub not_before: Option<chrono::DateTime<chrono::Utc>>,
     /// Start members only inside this daily window (UTC); one in flight when it closes is finished.

@@ -122,7 +122,7 @@ pub struct ErrorDetail {
 }
 
 /// JSON body extractor whose rejections use the error shape and name the field: 400 `invalid_body` (with the
-/// dotted path of the value that did not fit, or `body` when the JSON itself is broken), 413 `body_too_large`,
+/// dotted path of the value that did not fit or of a key given twice, or `body` when the JSON itself is broken), 413 `body_too_large`,
 /// 415 `unsupported_media_type` naming `Content-Type`.
 pub struct Body<T>(pub T);
 
@@ -204,8 +204,16 @@ async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, Api
 
 /// Deserialises `bytes`, naming the failing value's path in `field`.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let mut value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()).field("body"))?;
+    let mut value = crate::unique_keys::parse(bytes).map_err(|refused| {
+        let e = refused.error;
+        let field = if e.is_syntax() || e.is_eof() || e.is_io() {
+            "body".to_owned()
+        } else {
+            // A key given twice: the enclosing object's path and the key.
+            field_of(&refused.path, &e.to_string())
+        };
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_body", e.to_string()).field(field)
+    })?;
     if let Some(path) = huge_number(&value, "") {
         let field = if path.is_empty() { "body".to_owned() } else { path };
         // Well-formed JSON the database cannot keep faithfully, like a NUL in a text: 422, as `invalid_text`.
@@ -270,7 +278,7 @@ fn integral_floats_as_integers(v: &mut serde_json::Value) {
 /// The dotted path of the value serde could not take: for an unknown or missing field, serde's path stops at
 /// the enclosing object and the field's own name is in the message (`unknown field `x``).
 fn field_of(path: &str, message: &str) -> String {
-    let named = ["unknown field `", "missing field `"]
+    let named = ["unknown field `", "missing field `", "duplicate field `"]
         .iter()
         .find_map(|prefix| message.strip_prefix(prefix))
         .and_then(|rest| rest.split('`').next());

@@ -48,6 +48,17 @@ impl<T: Serialize> IntoResponse for IncusResponse<T> {
     }
 }
 
+/// A 422 of an endpoint whose body is IncusOS's: a NUL in the path or query is refused before routing, in the
+/// operator API's shape; a body value the database could not keep (`number_too_large`) is refused by the
+/// handler, in the envelope. The document says both, so a client can read either.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum EnvelopeUnprocessable {
+    Path(crate::error::ErrorBody),
+    Body(IncusErrorBody),
+}
+
 /// A failure as answered: `{"type": "error", "status": "", "status_code": 0, "operation": "", "error_code": 403,
 /// "error": "…", "metadata": null}`, with `error_code` as the HTTP status.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

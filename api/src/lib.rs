@@ -29,6 +29,7 @@ mod servers;
 mod triage;
 mod triage_actions;
 mod ui;
+mod unique_keys;
 pub mod update_catalog;
 mod updates;
 mod validate;

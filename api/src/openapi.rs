@@ -9,8 +9,9 @@
 use axum::Json;
 use axum::extract::Request;
 use axum::http::Uri;
+use utoipa::openapi::schema::{AdditionalProperties, ArrayItems, KnownFormat, Schema, SchemaFormat};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{OpenApi as Document, Paths};
+use utoipa::openapi::{OpenApi as Document, Paths, RefOr};
 use utoipa::{IntoResponses, Modify, OpenApi};
 
 use crate::error::ErrorBody;
@@ -29,7 +30,7 @@ const SELF_ACTION: &str = "/_action/self";
             durable jobs; errors carry a stable `code` and the offending `field`."
     ),
     modifiers(&BearerAuth),
-    components(schemas(crate::views::BmcActionAccepted)),
+    components(schemas(crate::views::BmcActionAccepted, crate::triage::Status, crate::triage::StateName)),
     tags(
         (name = "servers", description = "The server catalog"),
         (name = "catalog", description = "Provisioning tokens, seeds, BIOS profiles, images, settings"),
@@ -142,7 +143,86 @@ pub fn publish(mut doc: Document) -> Document {
         paths.paths.insert(public, item);
     }
     doc.paths = paths;
+    integer_ranges(doc)
+}
+
+/// Gives every `int32` / `int64` schema the range of its Rust type where it states none: `format` alone is not a
+/// bound to a generator, which then sends 2^63 and gets the 400 the handler's integer type answers.
+fn integer_ranges(mut doc: Document) -> Document {
+    use utoipa::openapi::path::Operation;
+    fn content(c: &mut utoipa::openapi::Content) {
+        if let Some(s) = &mut c.schema {
+            ranged(s);
+        }
+    }
+    fn operation(op: &mut Operation) {
+        for p in op.parameters.iter_mut().flatten() {
+            if let Some(s) = &mut p.schema {
+                ranged(s);
+            }
+        }
+        for c in op.request_body.iter_mut().flat_map(|b| b.content.values_mut()) {
+            content(c);
+        }
+        for r in op.responses.responses.values_mut() {
+            if let RefOr::T(r) = r {
+                r.content.values_mut().for_each(content);
+            }
+        }
+    }
+    for item in doc.paths.paths.values_mut() {
+        let ops = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.options,
+            &mut item.head,
+            &mut item.patch,
+            &mut item.trace,
+        ];
+        ops.into_iter().flatten().for_each(operation);
+    }
+    for s in doc.components.iter_mut().flat_map(|c| c.schemas.values_mut()) {
+        ranged(s);
+    }
     doc
+}
+
+/// [`integer_ranges`] for one schema and everything inside it.
+fn ranged(schema: &mut RefOr<Schema>) {
+    let RefOr::T(schema) = schema else { return };
+    match schema {
+        Schema::Object(o) => {
+            let range = match &o.format {
+                Some(SchemaFormat::KnownFormat(KnownFormat::Int32)) => {
+                    Some((i64::from(i32::MIN), i64::from(i32::MAX)))
+                }
+                Some(SchemaFormat::KnownFormat(KnownFormat::Int64)) => Some((i64::MIN, i64::MAX)),
+                _ => None,
+            };
+            if let Some((min, max)) = range {
+                // `isize` is 64 bits wide on every target racklift builds for.
+                o.minimum.get_or_insert(utoipa::Number::Int(min as isize));
+                o.maximum.get_or_insert(utoipa::Number::Int(max as isize));
+            }
+            o.properties.values_mut().for_each(ranged);
+            if let Some(extra) = o.additional_properties.as_deref_mut()
+                && let AdditionalProperties::RefOr(s) = extra
+            {
+                ranged(s);
+            }
+        }
+        Schema::Array(a) => {
+            if let ArrayItems::RefOrSchema(items) = &mut a.items {
+                ranged(items);
+            }
+        }
+        Schema::OneOf(one) => one.items.iter_mut().for_each(ranged),
+        Schema::AnyOf(any) => any.items.iter_mut().for_each(ranged),
+        Schema::AllOf(all) => all.items.iter_mut().for_each(ranged),
+        _ => {}
+    }
 }
 
 /// Maps an action's public path to the routed one before routing: `…/s1:deploy` and the spec's other spelling

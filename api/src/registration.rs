@@ -65,6 +65,7 @@ pub struct Registration {
     #[schema(
         min_length = 1,
         max_length = 253,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$",
         example = "4c4c4544-0042-3510-8052-b4c04f4e4d32"
     )]
     pub name: String,
@@ -73,11 +74,19 @@ pub struct Registration {
     pub connection_url: String,
     /// The SMBIOS product UUID IncusOS read, or empty.
     #[serde(default)]
-    #[schema(example = "4c4c4544-0042-3510-8052-b4c04f4e4d32", max_length = 253)]
+    #[schema(
+        example = "4c4c4544-0042-3510-8052-b4c04f4e4d32",
+        max_length = 253,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     pub system_uuid: Option<String>,
     /// `/etc/machine-id`, or empty.
     #[serde(default)]
-    #[schema(example = "b4c04f4e4d32445a8c1f0e9d7c6b5a49", max_length = 253)]
+    #[schema(
+        example = "b4c04f4e4d32445a8c1f0e9d7c6b5a49",
+        max_length = 253,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     pub machine_id: Option<String>,
 }
 
@@ -121,8 +130,9 @@ pub struct RegisteredMetadata {
             not name, or a spent provisioning token; `metadata` holds the code and the field", body = IncusErrorBody),
         (status = 409, description = "The deployment's installer has not finished (`install_not_finished`); \
             IncusOS retries on its restart loop", body = IncusErrorBody),
-        (status = 422, description = "The path or query holds a NUL character (`%00`)",
-            body = crate::error::ErrorBody)))]
+        (status = 422, description = "The path or query holds a NUL character (`%00`), in the operator API's \
+            shape; or a body value the database could not keep (`number_too_large`), in the envelope",
+            body = crate::incus_envelope::EnvelopeUnprocessable)))]
 pub async fn register(
     State(state): State<AppState>,
     peer: Option<Extension<PeerCertificate>>,
@@ -172,7 +182,8 @@ fn check_registration(r: &Registration) -> Result<(), IncusError> {
         IncusError::new(StatusCode::BAD_REQUEST, format!("{field}: {message}"))
             .with_detail("invalid_field", field)
     };
-    if r.name.is_empty() || r.name.len() > 253 {
+    // Lengths in characters, as the document's `maxLength` counts them.
+    if r.name.is_empty() || r.name.chars().count() > 253 {
         return Err(invalid("name", "must be 1 to 253 characters"));
     }
     for (field, value) in [
@@ -181,7 +192,7 @@ fn check_registration(r: &Registration) -> Result<(), IncusError> {
         ("machine_id", r.machine_id.as_ref()),
     ] {
         let Some(value) = value else { continue };
-        if value.len() > 253 || value.chars().any(char::is_control) {
+        if value.chars().count() > 253 || value.chars().any(char::is_control) {
             return Err(invalid(
                 field,
                 "must be at most 253 characters, none of them a control character",

@@ -62,8 +62,9 @@ pub fn cause_updates_address(cause: &str) -> bool {
             (`bad_connection_url`) with a cause that carries the address (Incus envelope)", body = IncusErrorBody),
         (status = 403, description = "No client certificate, or one no registered server presented \
             (Incus envelope)", body = IncusErrorBody),
-        (status = 422, description = "The path or query holds a NUL character (`%00`)",
-            body = crate::error::ErrorBody)))]
+        (status = 422, description = "The path or query holds a NUL character (`%00`), in the operator API's \
+            shape; or a body value the database could not keep (`number_too_large`), in the envelope",
+            body = crate::incus_envelope::EnvelopeUnprocessable)))]
 pub async fn self_update(
     State(state): State<AppState>,
     peer: Option<Extension<PeerCertificate>>,

@@ -48,7 +48,8 @@ pub(crate) struct FilterSpec {
     message_id: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     vendor: Option<String>,
-    /// A deployment state's name (422 `unknown_state` otherwise).
+    /// A deployment state's name.
+    #[schema(value_type = Option<StateName>)]
     state: Option<String>,
     #[schema(min_length = 1, max_length = 200)]
     server: Option<String>,
@@ -139,7 +140,8 @@ macro_rules! filter_query {
             /// The server's vendor_hint.
             #[param(min_length = 1, max_length = 200)]
             vendor: Option<String>,
-            /// The deployment state the work failed in (422 `unknown_state` for a name that is none).
+            /// The deployment state the work failed in.
+            #[param(value_type = Option<StateName>)]
             state: Option<String>,
             /// Server name.
             #[param(min_length = 1, max_length = 200)]
@@ -202,13 +204,30 @@ pub enum Status {
     Canceled,
 }
 
+/// A deployment state's name (the schema of `state`): the states of the deployment table, so a filter naming
+/// none is refused by the document rather than answered 422 `unknown_state`.
+pub struct StateName;
+
+impl utoipa::PartialSchema for StateName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some("A deployment state's name."))
+            .enum_values(Some(racklift_deploy::State::all().map(|s| s.name())))
+            .into()
+    }
+}
+
+impl ToSchema for StateName {}
+
 filter_query!(
     /// The query of `GET /1.0/deadletters`: filters, then a page.
     ListQuery {
         /// Page size (default 50).
         #[param(minimum = 1, maximum = 500)]
         limit: Option<i64>,
-        /// `next_cursor` of the previous page.
+        /// `next_cursor` of the previous page (422 `unknown_cursor` for one no page handed out).
+        #[param(pattern = r"^-?[0-9]{1,19}\.[0-9]{1,19}$")]
         cursor: Option<String>,
     }
 );

@@ -128,3 +128,108 @@ async fn a_number_that_would_not_come_back_out_is_refused() {
         "{v}"
     );
 }
+
+/// A key given twice in one object is refused naming it (with its object's path), at the top and nested, in a
+/// plain body and an action's: serde_json alone would keep the last one and carry out a request other readers of
+/// the same bytes would not see.
+#[tokio::test]
+async fn a_key_given_twice_is_refused_naming_it() {
+    let api = Api::start().await;
+    let raw = |method: Method, path: &'static str, body: &'static str| {
+        let api = &api;
+        async move {
+            let r = api
+                .req(method, path, Some(ADMIN))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            common::read(r).await
+        }
+    };
+    for (path, body, expected) in [
+        (
+            "/1.0/servers",
+            r#"{"name": "s1", "bmc_address": "https://10.0.0.1", "bmc_username": "root",
+                "bmc_password_ref": "env:RACKLIFT_SECRET_S1", "name": "s2"}"#,
+            "name",
+        ),
+        (
+            "/1.0/deadletters:bulk-retry",
+            r#"{"reason": "r", "filter": {"server": "a", "vendor": "dell", "server": "b"}}"#,
+            "filter.server",
+        ),
+        (
+            "/1.0/tokens",
+            r#"{"uses_remaining": 1, "expires_at": "2099-01-01T00:00:00Z", "uses_remaining": 2}"#,
+            "uses_remaining",
+        ),
+    ] {
+        let (s, v) = raw(Method::POST, path, body).await;
+        assert_eq!(
+            (s, code(&v), field(&v)),
+            (400, "invalid_body", Some(expected)),
+            "{path} {body}: {v}"
+        );
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("duplicate field"),
+            "{v}"
+        );
+    }
+    // The same key in two objects, or a value repeated in an array, is no duplicate.
+    let (s, v) = raw(
+        Method::POST,
+        "/1.0/tokens",
+        r#"{"description": "d", "uses_remaining": 1, "expires_at": "2099-01-01T00:00:00Z"}"#,
+    )
+    .await;
+    assert_eq!(s, 201, "{v}");
+    let seeds = format!("/1.0/tokens/{}/seeds", v["token"].as_str().unwrap());
+    let body = json!({ "name": "s", "install_config": { "network": { "network": { "network": [1, 1] } } } });
+    let (s, v) = api.call(Method::POST, &seeds, ADMIN, Some(body)).await;
+    assert_eq!(s, 201, "{v}");
+}
+
+/// A timestamp the API takes is an RFC 3339 date-time whose year RFC 3339 can write: one in the year 262142 was
+/// stored, and then every `GET /1.0/tokens` broke its own document's `date-time`.
+#[tokio::test]
+async fn a_timestamp_rfc3339_cannot_write_is_refused_naming_it() {
+    let api = Api::start().await;
+    for expires_at in [
+        "+262142-01-01T00:00:00Z",
+        "10000-01-01T00:00:00Z",
+        "9999-12-31T23:59:59-01:00",
+        "2099-01-01 00:00:00Z",
+        "2099-01-01T00:00:00",
+    ] {
+        let body = json!({ "uses_remaining": 1, "expires_at": expires_at });
+        let (s, v) = api.call(Method::POST, "/1.0/tokens", ADMIN, Some(body)).await;
+        assert_eq!(
+            (s, code(&v), field(&v)),
+            (400, "invalid_body", Some("expires_at")),
+            "{expires_at}: {v}"
+        );
+    }
+    let body = json!({ "uses_remaining": 1, "expires_at": "9999-12-31T23:59:59Z" });
+    let (s, v) = api.call(Method::POST, "/1.0/tokens", ADMIN, Some(body)).await;
+    assert_eq!(s, 201, "{v}");
+    let (s, v) = api.call(Method::GET, "/1.0/tokens", ADMIN, None).await;
+    assert_eq!(
+        (s, v[0]["expires_at"].as_str()),
+        (200, Some("9999-12-31T23:59:59Z")),
+        "{v}"
+    );
+    // The rolling runs' `not_before` follows the same rule, before the cluster is looked up.
+    for path in [
+        "/1.0/provisioning/clusters/c1:update",
+        "/1.0/provisioning/clusters/c1:reboot",
+    ] {
+        let body = json!({ "not_before": "+262142-01-01T00:00:00Z" });
+        let (s, v) = api.call(Method::POST, path, ADMIN, Some(body)).await;
+        assert_eq!((s, field(&v)), (400, Some("not_before")), "{path}: {v}");
+    }
+}

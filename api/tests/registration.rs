@@ -582,3 +582,70 @@ async fn a_repin_is_for_admins_audited_and_pins_what_the_server_serves_next() {
     api.stop().await;
     sim.shutdown().await;
 }
+
+/// Whether `value` has the shape of `schema` at its top level: the type, the required keys and each present
+/// key's type (a `$ref` resolved in `doc`; `oneOf` / `anyOf` met by one alternative).
+fn top_level_fits(doc: &Value, schema: &Value, value: &Value) -> bool {
+    let resolve = |s: &Value| match s["$ref"].as_str() {
+        Some(r) => doc
+            .pointer(r.trim_start_matches('#'))
+            .cloned()
+            .expect("a defined $ref"),
+        None => s.clone(),
+    };
+    let schema = resolve(schema);
+    if let Some(alternatives) = schema["oneOf"].as_array().or(schema["anyOf"].as_array()) {
+        return alternatives.iter().any(|a| top_level_fits(doc, a, value));
+    }
+    let type_fits = |s: &Value, v: &Value| {
+        let types: Vec<&str> = match &s["type"] {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => return true,
+        };
+        types.iter().any(|t| match *t {
+            "object" => v.is_object(),
+            "string" => v.is_string(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "null" => v.is_null(),
+            "array" => v.is_array(),
+            "boolean" => v.is_boolean(),
+            _ => true,
+        })
+    };
+    let required = schema["required"].as_array().cloned().unwrap_or_default();
+    type_fits(&schema, value)
+        && required.iter().all(|k| value.get(k.as_str().unwrap()).is_some())
+        && schema["properties"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .all(|(k, s)| value.get(k).is_none_or(|v| type_fits(&resolve(s), v)))
+}
+
+/// A registration body value the database could not keep is refused 422 in the envelope, and the document's 422
+/// for the operation says so (it named only the operator API's shape, which the envelope does not fit).
+#[tokio::test]
+async fn a_refused_registration_body_is_answered_as_the_document_says() {
+    let api = Api::start().await;
+    let body = r#"{"name": "n1", "connection_url": "https://10.0.3.17:8443", "properties": {"x": [1.7976931348623157e308]}}"#;
+    let r = reqwest::Client::new()
+        .post(format!("{}/1.0/provisioning/servers?token=t", api.base))
+        .body(body);
+    let (s, v) = common::read(r.send().await.unwrap()).await;
+    assert_eq!(
+        (s, v["type"].as_str(), v["metadata"]["code"].as_str()),
+        (422, Some("error"), Some("number_too_large")),
+        "{v}"
+    );
+    let doc = serde_json::to_value(racklift_api::openapi::document()).unwrap();
+    let schema = &doc["paths"]["/1.0/provisioning/servers"]["post"]["responses"]["422"]["content"]["application/json"]
+        ["schema"];
+    assert!(top_level_fits(&doc, schema, &v), "{schema} does not describe {v}");
+    // The NUL refusal before routing keeps the operator API's shape, which the document names too.
+    let (s, v) = api
+        .call(Method::POST, "/1.0/provisioning/servers?token=%00", VIEWER, None)
+        .await;
+    assert_eq!(s, 422, "{v}");
+    assert!(top_level_fits(&doc, schema, &v), "{schema} does not describe {v}");
+}

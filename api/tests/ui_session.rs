@@ -263,3 +263,67 @@ async fn the_trailing_slash_redirects_to_the_dashboard() {
     assert_eq!(resp.status(), 405);
     api.stop().await;
 }
+
+/// Login CSRF: a login form posted from another site (by its `Origin` or the browser's `Sec-Fetch-Site`) is
+/// refused 403 with the reason and opens no session, while the dashboard's own origin, a navigation the user typed
+/// and a client sending neither header (curl, scripts) log in.
+#[tokio::test]
+async fn a_login_posted_from_another_site_is_refused() {
+    let api = Api::start().await;
+    let own = api.base.trim_end_matches('/').to_owned();
+    let post = |headers: Vec<(&'static str, String)>| {
+        let api = &api;
+        async move {
+            let mut r = client()
+                .post(format!("{}/ui/login", api.base))
+                .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(ui_client::urlencode(&[("token", OPERATOR)]));
+            for (k, v) in headers {
+                r = r.header(k, v);
+            }
+            r.send().await.expect("POST")
+        }
+    };
+    for (headers, reason) in [
+        (vec![("origin", "https://evil.example".to_owned())], "Origin"),
+        (vec![("origin", "null".to_owned())], "Origin"),
+        (
+            vec![("sec-fetch-site", "cross-site".to_owned())],
+            "Sec-Fetch-Site",
+        ),
+        (
+            vec![
+                ("origin", own.clone()),
+                ("sec-fetch-site", "same-site".to_owned()),
+            ],
+            "Sec-Fetch-Site",
+        ),
+    ] {
+        let resp = post(headers.clone()).await;
+        assert_eq!(resp.status(), 403, "{headers:?}");
+        assert!(resp.headers().get(SET_COOKIE).is_none(), "{headers:?}");
+        let html = resp.text().await.unwrap();
+        assert!(
+            html.contains("cross-site") && html.contains(reason),
+            "{headers:?}: {html}"
+        );
+    }
+    assert_eq!(sessions(&api).await, 0);
+    for headers in [
+        vec![
+            ("origin", own.clone()),
+            ("sec-fetch-site", "same-origin".to_owned()),
+        ],
+        vec![("sec-fetch-site", "none".to_owned())],
+        // What a browser sends for the dashboard's own form under `Referrer-Policy: no-referrer`.
+        vec![
+            ("origin", "null".to_owned()),
+            ("sec-fetch-site", "same-origin".to_owned()),
+        ],
+        vec![],
+    ] {
+        let resp = post(headers.clone()).await;
+        assert_eq!(resp.status(), 303, "{headers:?}");
+    }
+    assert_eq!(sessions(&api).await, 4);
+}

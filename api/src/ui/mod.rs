@@ -8,12 +8,15 @@
 //! that leaks through a proxy log or a backup is worth 12 hours at most and cannot be replayed as a bearer token.
 //! The session is looked up on every request and re-checks its token, so logging out, revoking or expiring the
 //! token ends it at once. Every form that changes something carries a CSRF token derived from the session (see
-//! [`csrf_token`]); SameSite=Strict is the second line. Every response carries the headers of [`assets`].
+//! [`csrf_token`]); SameSite=Strict is the second line. The login form, which has no session yet, refuses a post
+//! from another site by its `Origin` and `Sec-Fetch-Site` headers ([`origin`]). Every response carries the headers
+//! of [`assets`].
 
 mod actions;
 mod assets;
 mod clusters;
 mod detail;
+mod origin;
 mod pages;
 mod stats;
 mod view;
@@ -329,9 +332,17 @@ fn plausible_token(s: &str) -> bool {
 }
 
 /// Checks the pasted token like the bearer check does and opens a session with it; the cookie gets the session's
-/// id. No CSRF token here: there is no session yet to bind one to, and logging someone in needs a valid token of
-/// one's own.
-async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Response {
+/// id. No CSRF token here: there is no session yet to bind one to. A post from another site is refused 403 by the
+/// standard headers instead (see [`origin`]), so a cross-site page cannot log a browser into a token of its own.
+async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
+    if let Some(reason) = origin::cross_site(&headers) {
+        tracing::warn!(
+            origin = ?headers.get(header::ORIGIN),
+            sec_fetch_site = ?headers.get("sec-fetch-site"),
+            "ui login refused as cross-site"
+        );
+        return error_page(StatusCode::FORBIDDEN, &reason);
+    }
     let secret = form.token.trim();
     let opened = if plausible_token(secret) {
         match state.store.create_ui_session(secret, SESSION_TTL).await {

@@ -73,7 +73,8 @@ pub struct NewToken {
     pub description: String,
     #[schema(minimum = 0)]
     pub uses_remaining: i32,
-    /// Must be in the future.
+    /// Must be in the future, and at most 9999-12-31T23:59:59Z.
+    #[serde(deserialize_with = "crate::rfc3339::deserialize")]
     pub expires_at: DateTime<Utc>,
 }
 

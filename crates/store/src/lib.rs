@@ -14,6 +14,7 @@ mod identity;
 mod install_config;
 mod media;
 mod registration;
+pub mod rfc3339;
 mod servers;
 mod triage;
 mod ui_sessions;
