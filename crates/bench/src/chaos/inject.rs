@@ -127,7 +127,7 @@ impl Harness {
     /// (it cannot time out while stopped), and the worker taking its job over then calls that BMC beside it, a
     /// second request at once that no fencing can prevent. A hang no request has hit within the bound is taken
     /// back instead.
-    pub(super) async fn drain_hangs(&mut self) -> Result<(), ChaosError> {
+    async fn drain_hangs(&mut self) -> Result<(), ChaosError> {
         let limit = Duration::from_secs(30);
         for server in std::mem::take(&mut self.hangs) {
             let started = Instant::now();

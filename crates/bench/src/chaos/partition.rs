@@ -38,8 +38,8 @@ impl Harness {
     /// Cuts a worker off from PostgreSQL until its jobs have been released to the others and at least one and a
     /// half lease TTLs have passed (as a stop), then lets it through again: it finds its leases gone.
     pub(crate) async fn partition_worker(&mut self, phase: Phase) -> Result<(), ChaosError> {
-        // A hung BMC request of the cut-off worker would stay open beside its job's next holder.
-        self.drain_hangs().await?;
+        // Unlike a stop, no hang is drained first: the cut-off worker still runs, and its lease clock stops a
+        // handler (closing a hung request with it) before the lease it cannot renew runs out.
         let call = match phase {
             Phase::Rolling => self.next_reboot_call(REBOOT_WAIT).await,
             Phase::Deploy => None,
@@ -120,19 +120,29 @@ impl Harness {
             let holders = self.cluster_holders().await;
             let read = Instant::now();
             let counts = self.reboot_counts().await;
+            if before.as_ref().is_some_and(|(_, previous)| *previous != counts) {
+                tracing::debug!(?counts, ?holders, "reboot calls counted");
+            }
             if let Some((not_before, previous)) = &before {
                 let called = counts
                     .iter()
                     .find(|(key, n)| previous.get(*key).is_some_and(|was| *n > was));
-                if let Some(((cluster, member), _)) = called
-                    && let Some(&pid) = holders.get(cluster)
-                {
-                    return Some(RebootCall {
-                        cluster: cluster.clone(),
-                        member: member.clone(),
-                        pid,
-                        not_before: *not_before,
-                    });
+                if let Some(((cluster, member), _)) = called {
+                    // A job leased between the two reads is not among `holders`; its holder is still writing what
+                    // followed the call, so it is read now.
+                    let holder = match holders.get(cluster) {
+                        Some(&pid) => Some(pid),
+                        None => self.cluster_holders().await.get(cluster).copied(),
+                    };
+                    tracing::info!(cluster = %cluster, member = %member, holder = ?holder, "reboot call seen");
+                    if let Some(pid) = holder {
+                        return Some(RebootCall {
+                            cluster: cluster.clone(),
+                            member: member.clone(),
+                            pid,
+                            not_before: *not_before,
+                        });
+                    }
                 }
             }
             before = Some((read, counts));
