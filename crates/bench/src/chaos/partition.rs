@@ -25,6 +25,9 @@ const REBOOT_WAIT: Duration = Duration::from_secs(60);
 /// Every this many audit polls, whether any cluster operation is still going (none: no call will come).
 const DONE_CHECK_EVERY: u32 = 50;
 
+/// Reboot calls received so far, per (cluster, member).
+type RebootCounts = BTreeMap<(String, String), u64>;
+
 /// A reboot call the audits showed, and the worker that held its cluster's job.
 struct RebootCall {
     cluster: String,
@@ -109,11 +112,11 @@ impl Harness {
     /// operation, and names the worker holding that cluster's job when it came.
     async fn next_reboot_call(&self, limit: Duration) -> Option<RebootCall> {
         let started = Instant::now();
-        let mut before: Option<(Instant, BTreeMap<(String, String), u64>)> = None;
+        let mut before: Option<(Instant, RebootCounts)> = None;
         let mut polls = 0u32;
         while started.elapsed() < limit {
             polls += 1;
-            if polls % DONE_CHECK_EVERY == 0 && self.phase_done(Phase::Rolling).await {
+            if polls.is_multiple_of(DONE_CHECK_EVERY) && self.phase_done(Phase::Rolling).await {
                 return None;
             }
             // The holders first: a call the audits show next was sent by a job held now.
@@ -152,7 +155,7 @@ impl Harness {
     }
 
     /// Reboot calls received so far, per (cluster, member); a cluster whose audit could not be read is left out.
-    async fn reboot_counts(&self) -> BTreeMap<(String, String), u64> {
+    async fn reboot_counts(&self) -> RebootCounts {
         let audits = futures::future::join_all(
             self.clusters
                 .iter()
