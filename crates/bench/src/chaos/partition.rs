@@ -68,7 +68,9 @@ impl Harness {
                 call.cluster
             ),
             _ if phase == Phase::Rolling => {
-                format!("no reboot call within {REBOOT_WAIT:?}: the worker holding the most jobs")
+                format!(
+                    "no reboot call came (waited at most {REBOOT_WAIT:?}): the worker holding the most jobs"
+                )
             }
             _ => "the worker holding the most jobs".to_owned(),
         };
