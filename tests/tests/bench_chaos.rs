@@ -1,7 +1,8 @@
 //! `racklift bench chaos` at toy size, so the benchmark keeps working between the runs that measure
 //! (BENCHMARKS.md): first the standalone simulator, API and worker processes deploying a small rack with no fault
-//! at all, then a small rack under worker kills and stops, BMC and Incus faults and a late eject, which must
-//! hold: the command exits 0 and its JSON tally shows no stale, unfenced or concurrent mutation and no job lost.
+//! at all, then a small rack under worker kills, stops and a partition from PostgreSQL, BMC and Incus faults and a
+//! late eject, which must hold: the command exits 0 and its JSON tally shows no stale, unfenced or concurrent
+//! mutation and no job lost.
 
 use std::process::Output;
 use std::time::Duration;
@@ -112,6 +113,8 @@ async fn the_standalone_simulator_deploys_a_small_rack_without_faults() {
         "0",
         "--stops",
         "0",
+        "--partitions",
+        "0",
         "--pg-restarts",
         "0",
         "--promotions",
@@ -139,9 +142,10 @@ async fn the_standalone_simulator_deploys_a_small_rack_without_faults() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_rack_under_every_kind_of_fault_holds() {
-    // One of each process fault: a worker killed, a worker stopped past its lease, PostgreSQL restarted, its
-    // standby promoted (the run's own primary and standby behind HAProxy, whatever DATABASE_URL says), the API
-    // restarted; BMC and Incus faults and a late eject, all while the servers install.
+    // One of each process fault: a worker killed, a worker stopped past its lease, a worker cut off from
+    // PostgreSQL right after it sent a member a reboot call, PostgreSQL restarted, its standby promoted (the run's
+    // own primary and standby behind HAProxy, whatever DATABASE_URL says), the API restarted; BMC and Incus faults
+    // and a late eject.
     let args = [
         "bench",
         "chaos",
@@ -154,6 +158,8 @@ async fn a_small_rack_under_every_kind_of_fault_holds() {
         "--kills",
         "1",
         "--stops",
+        "1",
+        "--partitions",
         "1",
         "--pg-restarts",
         "1",
@@ -177,6 +183,7 @@ async fn a_small_rack_under_every_kind_of_fault_holds() {
     for kind in [
         "worker_kill",
         "worker_stop",
+        "worker_partition",
         "pg_restart",
         "promotion",
         "api_restart",
@@ -211,4 +218,17 @@ async fn a_small_rack_under_every_kind_of_fault_holds() {
             _ => {}
         }
     }
+    // The partition came while the clusters rebooted, right after a member received a reboot call from the worker
+    // cut off, and that worker's jobs went to the others.
+    let partitions: Vec<&Value> = t["recoveries"]
+        .as_array()
+        .expect("recoveries")
+        .iter()
+        .filter(|r| r["kind"] == "worker_partition")
+        .collect();
+    assert_eq!(partitions.len(), 1, "{text}");
+    let p = partitions[0];
+    assert_eq!(p["phase"], "rolling", "{p}\n{text}");
+    assert!(p["after_reboot_call_secs"].is_number(), "{p}\n{text}");
+    assert!(p["takeover_secs"].is_number(), "{p}\n{text}");
 }

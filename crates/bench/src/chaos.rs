@@ -5,7 +5,8 @@
 //! processes against a PostgreSQL of the run's own (a primary with a synchronous standby behind HAProxy when the
 //! run promotes). Phase 1 deploys every server through the API; phase 2 forms Incus clusters from the deployed
 //! servers and reboots every cluster at once. Throughout both, a schedule drawn from one seed (`schedule`)
-//! kills and stops workers, restarts PostgreSQL and the API, fails the database over and makes BMCs and Incus
+//! kills and stops workers, cuts a worker off from PostgreSQL (each reaches it through a proxy of its own that can
+//! be frozen; in the rolling phase right after the worker sent a member a reboot call), restarts PostgreSQL and the API, fails the database over and makes BMCs and Incus
 //! APIs hang, fail or drop connections for a few requests (`inject`). Every wait is on a condition read from the
 //! database or the simulator, and bounded; what did not finish is reported as stuck.
 //!
@@ -15,6 +16,7 @@
 
 mod database;
 mod inject;
+mod partition;
 mod phases;
 mod procs;
 mod report;
@@ -156,7 +158,7 @@ pub(crate) struct Harness {
     /// Servers given a hang that may still hold a request: a worker is not stopped while one does (see
     /// `inject::Harness::drain_hangs`).
     pub(crate) hangs: BTreeSet<String>,
-    /// When workers were stopped: (from, to) seconds into the run, and the pid.
+    /// When workers were stopped or cut off from PostgreSQL: (from, to) seconds into the run, and the pid.
     pub(crate) stopped: Vec<(f64, f64, u32)>,
     submitting: Option<tokio::task::JoinHandle<Vec<String>>>,
     pub(crate) logs: PathBuf,
@@ -359,7 +361,8 @@ impl Harness {
                 logs: logs.clone(),
             },
             run.workers,
-        )?;
+        )
+        .await?;
         let api_certificate =
             reqwest::Certificate::from_pem(cert.certificate_pem.as_bytes()).map_err(|source| {
                 ChaosError::Http {

@@ -33,8 +33,9 @@ enum BenchCommand {
     /// Incus clusters rebooting at once (rolling reboots) driven by separate worker processes: wall time against
     /// the simulated hardware's ideal, writes per Incus step, CPU and the simulator's cluster audit.
     Rolling(rolling::RollingArgs),
-    /// A rack under faults from outside: workers killed and stopped, PostgreSQL restarted and failed over, the
-    /// API restarted, BMCs and Incus APIs failing, while every server deploys and every cluster reboots. Fails
+    /// A rack under faults from outside: workers killed, stopped and cut off from PostgreSQL, PostgreSQL restarted
+    /// and failed over, the API restarted, BMCs and Incus APIs failing, while every server deploys and every
+    /// cluster reboots. Fails
     /// when a deployment or reboot failed or stuck, a mutation was stale, unfenced or concurrent, or a job lost.
     Chaos(chaos::ChaosArgs),
 }

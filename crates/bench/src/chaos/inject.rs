@@ -2,7 +2,8 @@
 //! worker is continued, PostgreSQL and the API are back, before the schedule moves on. Recovery is measured on
 //! conditions: the API answering a request that reads the database, PostgreSQL accepting a write (a transaction
 //! id drawn on a fresh connection), a worker leasing again (a job carrying a fence newer than any before the
-//! fault), the jobs of a killed or stopped worker released by the rescuer.
+//! fault), the jobs of a killed, stopped or cut-off worker released by the rescuer. The partition of a worker from
+//! PostgreSQL is in `partition`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -18,13 +19,13 @@ use super::schedule::{Action, FaultKind, Phase, Transient};
 use super::{ChaosError, Harness};
 
 /// The bound of every recovery wait.
-const RECOVERY_LIMIT: Duration = Duration::from_secs(120);
+pub(super) const RECOVERY_LIMIT: Duration = Duration::from_secs(120);
 /// How long a kill or a stop waits for a worker to hold jobs before taking any worker.
 const HOLDER_WAIT: Duration = Duration::from_secs(15);
 /// A failover manager's time to notice the primary is gone, before it promotes.
 const FAILOVER_DETECT: Duration = Duration::from_secs(1);
 /// How often a recovery is checked.
-const PROBE: Duration = Duration::from_millis(100);
+pub(super) const PROBE: Duration = Duration::from_millis(100);
 
 impl Harness {
     /// Fires `action` and waits for its end.
@@ -33,6 +34,7 @@ impl Harness {
         match action {
             Action::KillWorker => self.kill_worker(phase).await,
             Action::StopWorker => self.stop_worker(phase).await,
+            Action::PartitionWorker => self.partition_worker(phase).await,
             Action::RestartPostgres { down } => self.restart_postgres(phase, down).await,
             Action::Promote => self.promote(phase).await,
             Action::RestartApi => self.restart_api(phase).await,
@@ -40,7 +42,7 @@ impl Harness {
         }
     }
 
-    fn record(&mut self, phase: Phase, kind: FaultKind, target: String, detail: String) -> f64 {
+    pub(super) fn record(&mut self, phase: Phase, kind: FaultKind, target: String, detail: String) -> f64 {
         let at_secs = self.started.elapsed().as_secs_f64();
         tracing::info!(?kind, target = %target, detail = %detail, "fault injected");
         self.injected.push(FaultRecord {
@@ -58,7 +60,7 @@ impl Harness {
         let (pid, held) = self.pick_holder().await;
         let at_secs = self.started.elapsed().as_secs_f64();
         self.workers.kill(pid).await;
-        let replacement = self.workers.spawn_one()?;
+        let replacement = self.workers.spawn_one().await?;
         self.record(
             phase,
             FaultKind::WorkerKill,
@@ -302,7 +304,7 @@ impl Harness {
 
     /// The worker (of this run's) holding the most running jobs, and those jobs; any worker, holding none, if
     /// none holds one within [`HOLDER_WAIT`].
-    async fn pick_holder(&mut self) -> (u32, Vec<i64>) {
+    pub(super) async fn pick_holder(&mut self) -> (u32, Vec<i64>) {
         let started = Instant::now();
         let pids = self.workers.pids();
         while started.elapsed() < HOLDER_WAIT {
@@ -330,7 +332,7 @@ impl Harness {
     }
 
     /// Seconds until none of `ids` is leased by `holder` (a `leased_by` pattern) any more.
-    async fn released(&self, holder: &str, ids: &[i64], limit: Duration) -> Option<f64> {
+    pub(super) async fn released(&self, holder: &str, ids: &[i64], limit: Duration) -> Option<f64> {
         self.until(limit, || async {
             sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs WHERE id = ANY($1) AND leased_by LIKE $2")
                 .bind(ids)
@@ -411,7 +413,7 @@ impl Harness {
     }
 
     /// Seconds until `check` holds, polled every [`PROBE`], if within `limit`.
-    async fn until<F, Fut>(&self, limit: Duration, check: F) -> Option<f64>
+    pub(super) async fn until<F, Fut>(&self, limit: Duration, check: F) -> Option<f64>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = bool>,

@@ -35,7 +35,7 @@ impl Harness {
         let started = Instant::now();
         let mut pending: VecDeque<Planned> = events.into();
         let timed_out = loop {
-            self.watch_children()?;
+            self.watch_children().await?;
             if self.phase_done(phase).await {
                 break false;
             }
@@ -59,7 +59,7 @@ impl Harness {
 
     /// Whether the phase's work is over: every deployment finished (and every request sent), or no cluster
     /// operation running or paused. A database that does not answer means not yet.
-    async fn phase_done(&self, phase: Phase) -> bool {
+    pub(super) async fn phase_done(&self, phase: Phase) -> bool {
         let sql = match phase {
             Phase::Deploy => {
                 if self.submitting.as_ref().is_some_and(|s| !s.is_finished()) {
@@ -77,7 +77,7 @@ impl Harness {
 
     /// A worker or the API that ended on its own is a failure of racklift's; a new one takes its place so the run
     /// goes on. The simulator ending ends the run.
-    fn watch_children(&mut self) -> Result<(), ChaosError> {
+    async fn watch_children(&mut self) -> Result<(), ChaosError> {
         if let Some(status) = self.sim_process.exited() {
             return Err(ChaosError::Exited {
                 what: "racklift bmc-sim".into(),
@@ -88,7 +88,7 @@ impl Harness {
             let problem = format!("worker #{number} (pid {pid}) exited on its own: {status}");
             tracing::warn!(number, pid, %status, "worker exited on its own; starting another");
             self.problems.push(problem);
-            self.workers.spawn_one()?;
+            self.workers.spawn_one().await?;
         }
         if let Some(status) = self.api.exited() {
             tracing::warn!(%status, "the API exited on its own; starting another");

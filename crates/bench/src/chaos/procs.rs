@@ -1,6 +1,8 @@
 //! The run's child processes, each the `racklift` binary as an operator would start it: the simulator
 //! (`racklift bmc-sim`), the API (`racklift api`) and the workers (`racklift worker`). Each writes its log to a file
-//! of its own, so a fault's effects can be looked up afterwards per process; each is killed when dropped.
+//! of its own, so a fault's effects can be looked up afterwards per process; each is killed when dropped. Every
+//! worker reaches PostgreSQL through a [`FreezableProxy`] of its own, so one worker can be cut off from the
+//! database while everything else keeps it.
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -8,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use racklift_netfault::FreezableProxy;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -240,6 +243,7 @@ impl ApiProcess {
 #[derive(Clone)]
 pub struct WorkerSpec {
     pub bin: PathBuf,
+    /// The database as the worker would reach it without a proxy (through HAProxy in a replicated run).
     pub database_url: String,
     pub secrets: PathBuf,
     pub time_scale: f64,
@@ -254,31 +258,49 @@ pub struct WorkerProc {
     pub pid: u32,
     /// 1 for the first started, counting replacements.
     pub number: usize,
+    /// Its only way to PostgreSQL. Dropped after the child (field order), so a killed worker's connections
+    /// close with the proxy rather than stay frozen.
+    proxy: FreezableProxy,
 }
 
 /// The running workers: the K of the run, with replacements for those killed.
 pub struct Workers {
     spec: WorkerSpec,
+    /// Where `spec.database_url` points: every worker's proxy forwards there.
+    upstream: SocketAddr,
     procs: Vec<WorkerProc>,
     started: usize,
 }
 
 impl Workers {
-    pub fn start(spec: WorkerSpec, count: usize) -> Result<Workers, ChaosError> {
+    pub async fn start(spec: WorkerSpec, count: usize) -> Result<Workers, ChaosError> {
+        let (upstream, database_url) = upstream_of(&spec.database_url).await?;
         let mut workers = Workers {
-            spec,
+            spec: WorkerSpec { database_url, ..spec },
+            upstream,
             procs: Vec::new(),
             started: 0,
         };
         for _ in 0..count.max(1) {
-            workers.spawn_one()?;
+            workers.spawn_one().await?;
         }
         Ok(workers)
     }
 
-    /// Starts one more worker; its pid.
-    pub fn spawn_one(&mut self) -> Result<u32, ChaosError> {
+    /// Starts one more worker, behind a proxy of its own; its pid.
+    pub async fn spawn_one(&mut self) -> Result<u32, ChaosError> {
         self.started += 1;
+        let proxy = FreezableProxy::start(self.upstream)
+            .await
+            .map_err(|source| ChaosError::Process {
+                what: "starting a worker's proxy to PostgreSQL".into(),
+                source,
+            })?;
+        let database_url = proxy
+            .url_for(&self.spec.database_url, self.upstream)
+            .ok_or_else(|| {
+                ChaosError::Settings("the database URL does not name its server's address".into())
+            })?;
         let spec = &self.spec;
         let mut command = racklift(&spec.bin, &spec.logs.join(format!("worker-{}.log", self.started)))?;
         // Expired leases are looked for five times per TTL, so a dead worker's jobs move on soon after it.
@@ -293,18 +315,32 @@ impl Workers {
             .arg(spec.lease_ttl_ms.to_string())
             .arg("--rescue-interval-ms")
             .arg(rescue_ms.to_string())
-            .env("DATABASE_URL", &spec.database_url)
+            .env("DATABASE_URL", &database_url)
             .env("RACKLIFT_PATHS__SECRETS_DIR", &spec.secrets)
             // Several workers on one host: each serves its metrics on a free port.
             .env("RACKLIFT_METRICS_LISTEN", "127.0.0.1:0");
         let (child, pid) = spawn(command, "racklift worker")?;
-        tracing::info!(pid, number = self.started, "worker started");
+        tracing::info!(pid, number = self.started, proxy = %proxy.addr(), "worker started");
         self.procs.push(WorkerProc {
             child,
             pid,
             number: self.started,
+            proxy,
         });
         Ok(pid)
+    }
+
+    /// Freezes (`true`) or thaws worker `pid`'s path to PostgreSQL; false when there is no such worker.
+    pub fn set_partitioned(&self, pid: u32, partitioned: bool) -> bool {
+        let Some(worker) = self.procs.iter().find(|w| w.pid == pid) else {
+            return false;
+        };
+        if partitioned {
+            worker.proxy.freeze();
+        } else {
+            worker.proxy.thaw();
+        }
+        true
     }
 
     pub fn pids(&self) -> Vec<u32> {
@@ -332,11 +368,67 @@ impl Workers {
         gone
     }
 
-    /// Continues any stopped worker and kills them all.
+    /// Continues any stopped worker, lets any cut-off one through again, and kills them all.
     pub async fn shutdown(mut self) {
         for mut worker in self.procs.drain(..) {
             let _ = signal(worker.pid, "CONT");
+            worker.proxy.thaw();
             let _ = worker.child.kill().await;
         }
+    }
+}
+
+/// The socket address `url` names (`postgres://user:password@host:port/db`), resolved (IPv4 first), and `url`
+/// naming it by that address: a worker's proxy forwards there, and `FreezableProxy::url_for` finds it in the URL by
+/// that address.
+async fn upstream_of(url: &str) -> Result<(SocketAddr, String), ChaosError> {
+    let bad = |why: &str| ChaosError::Settings(format!("the database URL {why}"));
+    let mut parsed = reqwest::Url::parse(url).map_err(|_| bad("does not parse"))?;
+    let host = parsed.host_str().ok_or_else(|| bad("names no host"))?.to_owned();
+    let port = parsed.port().unwrap_or(5432);
+    let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .map_err(|source| ChaosError::Process {
+            what: "resolving the database's host".into(),
+            source,
+        })?
+        .collect();
+    let addr = found
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(found.first())
+        .copied()
+        .ok_or_else(|| bad("names a host that resolves to no address"))?;
+    if host.parse::<std::net::IpAddr>().is_ok() && parsed.port().is_some() {
+        return Ok((addr, url.to_owned()));
+    }
+    parsed
+        .set_ip_host(addr.ip())
+        .and_then(|()| parsed.set_port(Some(port)))
+        .map_err(|()| bad("cannot name its server's address"))?;
+    Ok((addr, parsed.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_database_url_is_made_to_name_its_server_by_address() {
+        let (addr, url) = upstream_of("postgres://u:p@localhost:6543/db?sslmode=disable")
+            .await
+            .unwrap();
+        assert_eq!(addr.port(), 6543);
+        assert!(addr.ip().is_loopback(), "{addr}");
+        assert_eq!(
+            url,
+            format!("postgres://u:p@{}:6543/db?sslmode=disable", addr.ip())
+        );
+        let direct = "postgres://u:p@127.0.0.1:5432/db";
+        assert_eq!(
+            upstream_of(direct).await.unwrap(),
+            ("127.0.0.1:5432".parse().unwrap(), direct.to_owned())
+        );
+        assert!(upstream_of("not a url").await.is_err());
     }
 }

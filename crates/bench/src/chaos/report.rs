@@ -64,7 +64,7 @@ pub struct Recovery {
     pub phase: Phase,
     pub at_secs: f64,
     pub target: String,
-    /// The outage: PostgreSQL down, the API killed to started again, a worker stopped.
+    /// The outage: PostgreSQL down, the API killed to started again, a worker stopped or cut off.
     pub down_secs: Option<f64>,
     /// Since it came back: the API answering a request that reads the database.
     pub api_secs: Option<f64>,
@@ -72,9 +72,12 @@ pub struct Recovery {
     pub write_secs: Option<f64>,
     /// Since it came back (or, for a kill, since the replacement started): a worker leasing a job.
     pub lease_secs: Option<f64>,
-    /// Since the kill or stop: every job the worker held released to the others.
+    /// Since the kill, stop or partition: every job the worker held released to the others.
     pub takeover_secs: Option<f64>,
     pub held_jobs: Option<usize>,
+    /// For a partition aimed at a reboot call: at most this long after a member received the call from the worker
+    /// it was cut off (the time since the audit read before the one that showed the call).
+    pub after_reboot_call_secs: Option<f64>,
 }
 
 impl Recovery {
@@ -91,6 +94,7 @@ impl Recovery {
             lease_secs: None,
             takeover_secs: None,
             held_jobs: None,
+            after_reboot_call_secs: None,
         }
     }
 }
@@ -201,7 +205,7 @@ pub struct ConcurrencySeen {
     pub server: String,
     /// When the audit first showed it (polled every second), seconds into the run.
     pub first_seen_secs: Option<f64>,
-    /// A worker stopped at that moment (or up to two seconds before), by pid.
+    /// A worker stopped or cut off from PostgreSQL at that moment (or up to two seconds before), by pid.
     pub during_stop_of: Option<u32>,
     /// The faults injected on the server before then.
     pub faults_before: Vec<String>,

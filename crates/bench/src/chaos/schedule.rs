@@ -18,6 +18,9 @@ pub struct FaultMix {
     pub kills: usize,
     /// SIGSTOP of a worker holding jobs for longer than its lease, then SIGCONT.
     pub stops: usize,
+    /// A worker cut off from PostgreSQL (its connections frozen, no FIN or RST) for longer than its lease, then
+    /// let through again: in the rolling phase right after a member received a reboot call from it.
+    pub partitions: usize,
     /// PostgreSQL stopped, kept down a few seconds (one of them 6 to 7 s), started again.
     pub pg_restarts: usize,
     /// The primary killed and its synchronous standby promoted behind the proxy.
@@ -36,6 +39,7 @@ impl FaultMix {
     pub const NONE: FaultMix = FaultMix {
         kills: 0,
         stops: 0,
+        partitions: 0,
         pg_restarts: 0,
         promotions: 0,
         api_restarts: 0,
@@ -55,6 +59,7 @@ impl FaultMix {
 pub enum FaultKind {
     WorkerKill,
     WorkerStop,
+    WorkerPartition,
     PgRestart,
     Promotion,
     ApiRestart,
@@ -68,9 +73,10 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::WorkerKill,
         FaultKind::WorkerStop,
+        FaultKind::WorkerPartition,
         FaultKind::PgRestart,
         FaultKind::Promotion,
         FaultKind::ApiRestart,
@@ -88,6 +94,7 @@ impl FaultKind {
         match self {
             FaultKind::WorkerKill => "worker kill -9",
             FaultKind::WorkerStop => "worker SIGSTOP past its lease",
+            FaultKind::WorkerPartition => "worker cut off from PostgreSQL (no FIN/RST)",
             FaultKind::PgRestart => "PostgreSQL restart",
             FaultKind::Promotion => "PostgreSQL failover (standby promoted)",
             FaultKind::ApiRestart => "API kill -9 and restart",
@@ -195,7 +202,11 @@ impl Transient {
 pub enum Action {
     KillWorker,
     StopWorker,
-    RestartPostgres { down: Duration },
+    /// Cut a worker off from PostgreSQL: in the rolling phase the one that just sent a member a reboot call.
+    PartitionWorker,
+    RestartPostgres {
+        down: Duration,
+    },
     Promote,
     RestartApi,
     Transient(Transient),
@@ -206,6 +217,7 @@ impl Action {
         match self {
             Action::KillWorker => FaultKind::WorkerKill,
             Action::StopWorker => FaultKind::WorkerStop,
+            Action::PartitionWorker => FaultKind::WorkerPartition,
             Action::RestartPostgres { .. } => FaultKind::PgRestart,
             Action::Promote => FaultKind::Promotion,
             Action::RestartApi => FaultKind::ApiRestart,
@@ -246,7 +258,9 @@ impl Plan {
 
 /// The schedule of `mix` for a rack of `servers`, from `seed`. `deploy` and `rolling` are the phases' estimated
 /// lengths (`rolling` is `None` without a rolling phase): process faults fall into a phase in proportion to its
-/// length, BMC faults likewise (Incus faults only while clusters reboot, as Incus is only used then).
+/// length, BMC faults likewise (Incus faults only while clusters reboot, as Incus is only used then). Partitions
+/// fall into the first half of the rolling phase whenever there is one: a worker cut off right after it sent a
+/// reboot call is the case they are there for.
 pub fn plan(seed: u64, mix: &FaultMix, servers: usize, deploy: Duration, rolling: Option<Duration>) -> Plan {
     let mut rng = StdRng::seed_from_u64(seed);
     let share_rolling = rolling.map_or(0.0, |r| {
@@ -298,11 +312,31 @@ pub fn plan(seed: u64, mix: &FaultMix, servers: usize, deploy: Duration, rolling
             &mut rolling_events,
         );
     }
-    deploy_events.sort_by_key(|p| p.at);
-    rolling_events.sort_by_key(|p| p.at);
     let late = mix.late_ejects.min(servers);
     let mut late_ejects = sample(&mut rng, servers, late).into_vec();
     late_ejects.sort_unstable();
+    // Drawn last, so a seed keeps the schedule of the other faults it had before partitions existed. In the first
+    // half of the rolling phase, while every cluster still has members to reboot.
+    for _ in 0..mix.partitions {
+        let action = Action::PartitionWorker;
+        match rolling {
+            Some(r) => rolling_events.push(Planned {
+                at: r.mul_f64(rng.random_range(0.05..0.5)),
+                action,
+            }),
+            None => place(
+                &mut rng,
+                action,
+                false,
+                deploy,
+                rolling,
+                &mut deploy_events,
+                &mut rolling_events,
+            ),
+        }
+    }
+    deploy_events.sort_by_key(|p| p.at);
+    rolling_events.sort_by_key(|p| p.at);
     Plan {
         deploy: deploy_events,
         rolling: rolling_events,
@@ -364,6 +398,7 @@ mod tests {
     const MIX: FaultMix = FaultMix {
         kills: 3,
         stops: 2,
+        partitions: 2,
         pg_restarts: 2,
         promotions: 1,
         api_restarts: 1,
@@ -379,9 +414,10 @@ mod tests {
         assert_eq!(a, plan(7, &MIX, 50, deploy, rolling));
         assert_ne!(a, plan(8, &MIX, 50, deploy, rolling));
         assert_eq!(a.planned(FaultKind::WorkerKill), 3);
+        assert_eq!(a.planned(FaultKind::WorkerPartition), 2);
         assert_eq!(a.planned(FaultKind::PgRestart), 2);
         assert_eq!(a.planned(FaultKind::LateEject), 3);
-        let transient: usize = FaultKind::ALL[5..11].iter().map(|k| a.planned(*k)).sum();
+        let transient: usize = FaultKind::ALL[6..12].iter().map(|k| a.planned(*k)).sum();
         assert_eq!(transient, 40);
         assert!(a.deploy.windows(2).all(|w| w[0].at <= w[1].at));
         assert!(a.deploy.iter().all(|p| p.at < deploy));
@@ -409,5 +445,72 @@ mod tests {
         assert_eq!(downs.len(), 2);
         assert!((2.0..4.0).contains(&downs[0]), "{downs:?}");
         assert!((6.0..7.0).contains(&downs[1]), "{downs:?}");
+    }
+
+    #[test]
+    fn partitions_fall_in_the_rolling_phase_when_there_is_one() {
+        let rolling = Duration::from_secs(100);
+        for seed in 0..20 {
+            let p = plan(seed, &MIX, 50, Duration::from_secs(200), Some(rolling));
+            let partitions: Vec<&Planned> = p
+                .rolling
+                .iter()
+                .filter(|e| e.action == Action::PartitionWorker)
+                .collect();
+            assert_eq!(partitions.len(), 2, "seed {seed}: {p:?}");
+            assert!(
+                partitions.iter().all(|e| e.at < rolling / 2),
+                "seed {seed}: {p:?}"
+            );
+            assert!(
+                p.deploy.iter().all(|e| e.action != Action::PartitionWorker),
+                "seed {seed}: {p:?}"
+            );
+        }
+        let without = plan(1, &MIX, 50, Duration::from_secs(200), None);
+        assert_eq!(
+            without
+                .deploy
+                .iter()
+                .filter(|e| e.action.kind() == FaultKind::WorkerPartition)
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_partition_is_its_own_kind_in_the_tally() {
+        assert_eq!(Action::PartitionWorker.kind(), FaultKind::WorkerPartition);
+        assert!(FaultKind::ALL.contains(&FaultKind::WorkerPartition));
+        assert_eq!(
+            serde_json::to_value(FaultKind::WorkerPartition).unwrap(),
+            "worker_partition"
+        );
+        let none = plan(
+            3,
+            &FaultMix::NONE,
+            5,
+            Duration::from_secs(10),
+            Some(Duration::from_secs(10)),
+        );
+        assert_eq!(none.planned(FaultKind::WorkerPartition), 0);
+    }
+
+    #[test]
+    fn partitions_leave_a_seed_s_other_faults_where_they_were() {
+        let (deploy, rolling) = (Duration::from_secs(200), Some(Duration::from_secs(100)));
+        let without = FaultMix { partitions: 0, ..MIX };
+        let other = |p: Plan| Plan {
+            rolling: p
+                .rolling
+                .into_iter()
+                .filter(|e| e.action != Action::PartitionWorker)
+                .collect(),
+            ..p
+        };
+        assert_eq!(
+            other(plan(5, &MIX, 50, deploy, rolling)),
+            plan(5, &without, 50, deploy, rolling)
+        );
     }
 }

@@ -28,6 +28,10 @@ pub(super) struct ChaosArgs {
     /// SIGSTOP of a worker holding jobs for longer than its lease, then SIGCONT.
     #[arg(long, default_value_t = 2)]
     stops: usize,
+    /// A worker cut off from PostgreSQL (no FIN or RST) past its lease, then let through again: while clusters
+    /// reboot, the one that just sent a member a reboot call.
+    #[arg(long, default_value_t = 2)]
+    partitions: usize,
     /// PostgreSQL stopped and kept down a few seconds (one of them 6 to 7 s), then started again.
     #[arg(long, default_value_t = 2)]
     pg_restarts: usize,
@@ -73,6 +77,7 @@ pub(super) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let faults = FaultMix {
         kills: args.kills,
         stops: args.stops,
+        partitions: args.partitions,
         pg_restarts: args.pg_restarts,
         promotions: args.promotions,
         api_restarts: args.api_restarts,
@@ -146,9 +151,9 @@ fn print(r: &ChaosReport) {
         p.total_secs
     );
     println!();
-    println!("  {:<40} {:>8} {:>9}", "fault", "planned", "injected");
+    println!("  {:<44} {:>8} {:>9}", "fault", "planned", "injected");
     for f in r.faults.iter().filter(|f| f.planned > 0 || f.injected > 0) {
-        println!("  {:<40} {:>8} {:>9}", f.label, f.planned, f.injected);
+        println!("  {:<44} {:>8} {:>9}", f.label, f.planned, f.injected);
     }
     println!();
     let d = &r.deployments;
@@ -229,9 +234,9 @@ fn print(r: &ChaosReport) {
         let seen = c
             .first_seen_secs
             .map_or_else(|| "-".to_owned(), |s| format!("{s:.1} s"));
-        let stop = c
-            .during_stop_of
-            .map_or_else(String::new, |pid| format!(", while worker {pid} was stopped"));
+        let stop = c.during_stop_of.map_or_else(String::new, |pid| {
+            format!(", while worker {pid} was stopped or cut off")
+        });
         println!(
             "    {}: two requests at once first seen at {seen}{stop}; faults before: {}",
             c.server,
@@ -283,6 +288,10 @@ fn print_recovery(r: &Recovery) {
         Some(n) => format!("{} ({n} jobs held)", r.kind.label()),
         None => r.kind.label().to_owned(),
     };
+    let target = match r.after_reboot_call_secs {
+        Some(after) => format!("{}, {:.0} ms after a reboot call", r.target, after * 1000.0),
+        None => r.target.clone(),
+    };
     println!(
         "  {:>7.1}  {:<40} {:>7} {:>7} {:>7} {:>7} {:>9}  {}",
         r.at_secs,
@@ -292,6 +301,6 @@ fn print_recovery(r: &Recovery) {
         secs(r.write_secs),
         secs(r.lease_secs),
         secs(r.takeover_secs),
-        r.target
+        target
     );
 }
